@@ -58,7 +58,9 @@ func (p *Port) Addr() *net.UDPAddr { return p.conn.LocalAddr().(*net.UDPAddr) }
 func (p *Port) PortNumber() int { return p.Addr().Port }
 
 // String is host:port of the bound address.
-func (p *Port) String() string { return net.JoinHostPort(p.Addr().IP.String(), strconv.Itoa(p.PortNumber())) }
+func (p *Port) String() string {
+	return net.JoinHostPort(p.Addr().IP.String(), strconv.Itoa(p.PortNumber()))
+}
 
 // SettingEngine returns a SettingEngine for an ICE-lite answerer on this
 // port: UDP4 host candidates only, no mDNS, loopback allowed (for a
