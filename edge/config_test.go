@@ -1,0 +1,142 @@
+package edge
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "edge.json")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Load(nil, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTP != ":8080" || cfg.HTTPS != ":8443" || cfg.ICEUDP != ":8444" || cfg.StreamerWS != ":8888" ||
+		cfg.PlayerWS != "" || cfg.Admin != "127.0.0.1:9090" || cfg.Mode != ModeDev || cfg.RedisURL != "" ||
+		!cfg.DevShard || cfg.PxstreamAuth != "none" || cfg.MaxPlayers != 0 {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPrecedenceFileEnvFlags(t *testing.T) {
+	file := writeFile(t, `{"http": ":1001", "https": ":1002", "admin": "127.0.0.1:1003", "max_players": 3, "drain_window": "7s"}`)
+	env := []string{"EGBE_HTTPS=:2002", "EGBE_ADMIN=127.0.0.1:2003", "EGBE_SHARDS=a=127.0.0.1:7001,b=127.0.0.1:7002"}
+	args := []string{"--config", file, "--admin", "127.0.0.1:3003", "--instance", "x=a"}
+	cfg, err := Load(args, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTP != ":1001" {
+		t.Errorf("file value lost: http=%q", cfg.HTTP)
+	}
+	if cfg.HTTPS != ":2002" {
+		t.Errorf("env must beat file: https=%q", cfg.HTTPS)
+	}
+	if cfg.Admin != "127.0.0.1:3003" {
+		t.Errorf("flag must beat env: admin=%q", cfg.Admin)
+	}
+	if cfg.MaxPlayers != 3 || time.Duration(cfg.DrainWindow) != 7*time.Second {
+		t.Errorf("file ints/durations: %+v", cfg)
+	}
+	if cfg.Shards["b"] != "127.0.0.1:7002" || cfg.Instances["x"] != "a" {
+		t.Errorf("pairs: %v %v", cfg.Shards, cfg.Instances)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStrictFile(t *testing.T) {
+	for name, body := range map[string]string{
+		"unknown key":    `{"htp": ":1"}`,
+		"secret in file": `{"JWTSecret": "x"}`,
+		"wrong type":     `{"max_players": "three"}`,
+		"trailing":       `{} {}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load([]string{"--config", writeFile(t, body)}, nil, io.Discard)
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("want ErrConfig, got %v", err)
+			}
+		})
+	}
+}
+
+func TestProdRefusals(t *testing.T) {
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		want string // substring of the error, "" = valid
+	}{
+		{"no secret no tls", []string{"EGBE_MODE=prod"}, nil, "EGBE_JWT_SECRET"},
+		{"short secret", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=short"}, []string{"--tls-cert", "c", "--tls-key", "k"}, "EGBE_JWT_SECRET"},
+		{"no tls", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + strings.Repeat("s", 32)}, nil, "--tls-cert"},
+		{"dev shard forced", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + strings.Repeat("s", 32)}, []string{"--tls-cert", "c", "--tls-key", "k", "--dev-shard"}, "dev shard"},
+		{"ok", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + strings.Repeat("s", 32)}, []string{"--tls-cert", "c", "--tls-key", "k"}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Load(tc.args, tc.env, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.DevShard && !strings.Contains(tc.want, "dev shard") {
+				t.Fatalf("prod must not default to the dev shard")
+			}
+			if cfg.PxstreamAuth != "token" {
+				t.Fatalf("prod defaults pxstream auth to token, got %q", cfg.PxstreamAuth)
+			}
+			err = cfg.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("want error mentioning %q, got %v", tc.want, err)
+			}
+		})
+	}
+}
+
+func TestBadValues(t *testing.T) {
+	for name, args := range map[string][]string{
+		"mode":     {"--mode", "staging"},
+		"addr":     {"--http", "8080"},
+		"pxauth":   {"--pxstream-auth", "maybe"},
+		"instance": {"--instance", "x=nowhere"},
+		"half tls": {"--tls-cert", "c"},
+		"slots":    {"--voice-slots", "0"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := Load(args, nil, io.Discard)
+			if err == nil {
+				err = cfg.Validate()
+			}
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("want ErrConfig, got %v", err)
+			}
+		})
+	}
+	if _, err := Load([]string{"--shard", "novalue"}, nil, io.Discard); !errors.Is(err, ErrConfig) {
+		t.Fatalf("bad --shard: %v", err)
+	}
+	if _, err := Load(nil, []string{"EGBE_MAX_PLAYERS=lots"}, io.Discard); !errors.Is(err, ErrConfig) {
+		t.Fatalf("bad env int: %v", err)
+	}
+}

@@ -1,0 +1,335 @@
+package edge
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/devcert"
+	"github.com/oshun/egbe-edge/internal/iceport"
+)
+
+// devCertValidity: Chromium accepts serverCertificateHashes only for
+// certificates valid at most 14 days.
+const devCertValidity = 10 * 24 * time.Hour
+
+// shutdownTimeout bounds the whole drain-and-close sequence after the run
+// context ends. It is a fresh context, never the cancelled one.
+const shutdownTimeout = 30 * time.Second
+
+// Edge is one running egbe-edge process.
+type Edge struct {
+	cfg    Config       // immutable after New
+	log    *slog.Logger // immutable after New
+	signer *auth.Signer // immutable after New
+	reg    *prometheus.Registry
+
+	tlsConf  *tls.Config
+	certHash [32]byte
+	certEnd  time.Time
+
+	ice *iceport.Port
+
+	// Listeners, bound in New so their addresses are known before Run.
+	httpLn, httpsLn, streamerLn, playerLn, adminLn net.Listener
+	h3Conn                                         net.PacketConn
+
+	mainMux *http.ServeMux // served on HTTP, HTTPS and HTTP/3
+	ready   atomic.Bool
+
+	// runners are the subsystems' Run functions, started by Run.
+	runners []func(context.Context) error
+	// drainers run, in order, when the run context ends.
+	drainers []func(context.Context) error
+	// closers run last, in reverse order.
+	closers []func() error
+}
+
+// Addrs are the bound addresses of an Edge's listeners.
+type Addrs struct {
+	HTTP, HTTPS, H3, ICE, StreamerWS, PlayerWS, Admin string
+}
+
+// New validates cfg, binds every listener and builds the subsystems.
+func New(cfg Config, log *slog.Logger) (e *Edge, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	e = &Edge{cfg: cfg, log: log.With("component", "edge"), reg: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			e.closeAll()
+		}
+	}()
+	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	secret := []byte(cfg.JWTSecret)
+	if len(secret) == 0 {
+		secret = auth.RandomSecret()
+		e.log.Warn("!!! EGBE_JWT_SECRET is not set: using a random JWT secret. Tokens will not survive a restart and no other edge can verify them. Never run like this in production. !!!")
+	}
+	if e.signer, err = auth.New(secret, nil); err != nil {
+		return nil, err
+	}
+	if err := e.loadTLS(); err != nil {
+		return nil, err
+	}
+	if err := e.bind(); err != nil {
+		return nil, err
+	}
+	e.mainMux = http.NewServeMux()
+	e.mountCommon()
+	if err := e.buildSubsystems(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Edge) loadTLS() error {
+	if e.cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(e.cfg.TLSCert, e.cfg.TLSKey)
+		if err != nil {
+			return fmt.Errorf("%w: TLS: %w", ErrConfig, err)
+		}
+		e.tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
+		if cert.Leaf != nil {
+			e.certHash = sha256.Sum256(cert.Leaf.Raw)
+			e.certEnd = cert.Leaf.NotAfter
+		}
+		return nil
+	}
+	cert, hash, err := devcert.Generate(nil, devCertValidity)
+	if err != nil {
+		return fmt.Errorf("dev certificate: %w", err)
+	}
+	e.tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
+	e.certHash = hash
+	if cert.Leaf != nil {
+		e.certEnd = cert.Leaf.NotAfter
+	}
+	e.log.Info("generated a dev TLS certificate (ECDSA P-256, 10 days) for WebTransport serverCertificateHashes",
+		"sha256", fmt.Sprintf("%x", hash), "not_after", e.certEnd)
+	return nil
+}
+
+// bind opens every listener. The HTTPS port is TCP and UDP on the same
+// number; with port 0 the UDP side follows whatever TCP got.
+func (e *Edge) bind() (err error) {
+	listen := func(addr string) (net.Listener, error) {
+		if addr == "" {
+			return nil, nil
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen %s: %w", addr, err)
+		}
+		e.closers = append(e.closers, func() error { ln.Close(); return nil })
+		return ln, nil
+	}
+	if e.httpLn, err = listen(e.cfg.HTTP); err != nil {
+		return err
+	}
+	if e.adminLn, err = listen(e.cfg.Admin); err != nil {
+		return err
+	}
+	if e.streamerLn, err = listen(e.cfg.StreamerWS); err != nil {
+		return err
+	}
+	if e.playerLn, err = listen(e.cfg.PlayerWS); err != nil {
+		return err
+	}
+	if e.cfg.HTTPS != "" {
+		if e.httpsLn, e.h3Conn, err = listenTCPAndUDP(e.cfg.HTTPS); err != nil {
+			return err
+		}
+		e.closers = append(e.closers, func() error { e.httpsLn.Close(); e.h3Conn.Close(); return nil })
+	}
+	e.ice, err = iceport.Listen(iceport.Config{Listen: e.cfg.ICEUDP, PublicIPs: e.cfg.PublicIPs})
+	if err != nil {
+		return err
+	}
+	e.closers = append(e.closers, e.ice.Close)
+	return nil
+}
+
+func listenTCPAndUDP(addr string) (net.Listener, net.PacketConn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	for attempt := 0; attempt < 8; attempt++ {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("listen %s: %w", addr, err)
+		}
+		p := port
+		if p == "0" {
+			p = strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+		}
+		pc, err := net.ListenPacket("udp", net.JoinHostPort(host, p))
+		if err == nil {
+			return ln, pc, nil
+		}
+		ln.Close()
+		if port != "0" {
+			return nil, nil, fmt.Errorf("listen udp %s: %w", addr, err)
+		}
+	}
+	return nil, nil, fmt.Errorf("listen %s: no port free on both TCP and UDP", addr)
+}
+
+// Addrs reports the bound addresses.
+func (e *Edge) Addrs() Addrs {
+	s := func(ln net.Listener) string {
+		if ln == nil {
+			return ""
+		}
+		return ln.Addr().String()
+	}
+	a := Addrs{HTTP: s(e.httpLn), HTTPS: s(e.httpsLn), StreamerWS: s(e.streamerLn), PlayerWS: s(e.playerLn), Admin: s(e.adminLn), ICE: e.ice.String()}
+	if e.h3Conn != nil {
+		a.H3 = e.h3Conn.LocalAddr().String()
+	}
+	return a
+}
+
+// Signer is the edge's token signer (tests mint tokens with it).
+func (e *Edge) Signer() *auth.Signer { return e.signer }
+
+// CertHash is the SHA-256 of the TLS leaf certificate.
+func (e *Edge) CertHash() [32]byte { return e.certHash }
+
+// Registry is the edge's Prometheus registry.
+func (e *Edge) Registry() *prometheus.Registry { return e.reg }
+
+// mountCommon mounts what does not belong to a subsystem.
+func (e *Edge) mountCommon() {
+	e.mainMux.HandleFunc("/v6/realtime/cert-hash", certHashHandler(e.certHash, e.certEnd))
+	if e.cfg.Mode == ModeDev {
+		e.mainMux.HandleFunc("/v6/dev/token", devTokenHandler(e.signer))
+	}
+}
+
+func (e *Edge) adminMux() *http.ServeMux {
+	m := http.NewServeMux()
+	m.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{Registry: e.reg}))
+	m.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	m.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !e.Ready() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unready"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	m.HandleFunc("/debug/pprof/", pprof.Index)
+	m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	m.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	m.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	e.mountOps(m)
+	return m
+}
+
+// Ready reports readiness: serving, not draining, and every subsystem ready.
+func (e *Edge) Ready() bool {
+	return e.ready.Load() && e.subsystemsReady()
+}
+
+// Run serves until ctx ends, then drains and closes with a fresh timeout.
+func (e *Edge) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	servers := []*http.Server{}
+	serve := func(ln net.Listener, h http.Handler, tlsOn bool) {
+		if ln == nil {
+			return
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(e.log.Handler(), slog.LevelDebug)}
+		servers = append(servers, srv)
+		g.Go(func() error {
+			var err error
+			if tlsOn {
+				srv.TLSConfig = e.tlsConf.Clone()
+				srv.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
+				err = srv.ServeTLS(ln, "", "")
+			} else {
+				err = srv.Serve(ln)
+			}
+			if errors.Is(err, http.ErrServerClosed) {
+				return nil
+			}
+			return err
+		})
+	}
+	mainHandler := e.withAltSvc(e.mainMux)
+	serve(e.httpLn, mainHandler, false)
+	serve(e.httpsLn, mainHandler, true)
+	serve(e.adminLn, e.adminMux(), false)
+	e.serveExtra(serve)
+	for _, run := range e.runners {
+		g.Go(func() error { return run(gctx) })
+	}
+	e.ready.Store(true)
+	e.log.Info("egbe-edge serving", "mode", e.cfg.Mode, "addrs", fmt.Sprintf("%+v", e.Addrs()))
+
+	<-gctx.Done()
+	// Readiness goes first so load balancers stop sending new clients.
+	e.ready.Store(false)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	for _, drain := range e.drainers {
+		if err := drain(sctx); err != nil {
+			e.log.Warn("drain", "err", err)
+		}
+	}
+	for _, srv := range servers {
+		_ = srv.Shutdown(sctx)
+	}
+	err := g.Wait()
+	e.closeAll()
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+func (e *Edge) closeAll() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		_ = e.closers[i]()
+	}
+	e.closers = nil
+}
+
+// withAltSvc advertises HTTP/3 on the HTTPS port.
+func (e *Edge) withAltSvc(h http.Handler) http.Handler {
+	if e.h3Conn == nil {
+		return h
+	}
+	port := e.h3Conn.LocalAddr().(*net.UDPAddr).Port
+	v := fmt.Sprintf(`h3=":%d"; ma=86400`, port)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil {
+			w.Header().Set("Alt-Svc", v)
+		}
+		h.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,112 @@
+package edge
+
+import (
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/oshun/egbe-edge/auth"
+)
+
+// maxJSONBody bounds the small JSON bodies the edge's own endpoints read.
+const maxJSONBody = 16 << 10
+
+// writeJSON writes v with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// apiError is the body of every refusal from the edge's own endpoints.
+type apiError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, format string, args ...any) {
+	writeJSON(w, status, apiError{Code: code, Message: fmt.Sprintf(format, args...)})
+}
+
+// decodeJSON strictly decodes a bounded JSON body into v.
+func decodeJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxJSONBody+1))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+// certHashHandler serves GET /v6/realtime/cert-hash: the SHA-256 of the
+// certificate WebTransport clients pin with serverCertificateHashes.
+func certHashHandler(hash [32]byte, notAfter time.Time) http.HandlerFunc {
+	body := map[string]any{
+		"algorithm": "sha-256",
+		"value":     base64.StdEncoding.EncodeToString(hash[:]),
+		"hex":       hex.EncodeToString(hash[:]),
+		"notAfter":  notAfter.UTC().Format(time.RFC3339),
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
+			return
+		}
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+		writeJSON(w, http.StatusOK, body)
+	}
+}
+
+// devTokenRequest is the body of POST /v6/dev/token.
+type devTokenRequest struct {
+	Sub         string   `json:"sub"`
+	Tenant      string   `json:"tenant"`
+	Region      string   `json:"region"`
+	Entitlement string   `json:"entitlement"`
+	Roles       []string `json:"roles"`
+	// Parental-control claims, for trying the voice rules by hand.
+	Minor   bool     `json:"minor,omitempty"`
+	Voice   string   `json:"voice,omitempty"`
+	Friends []string `json:"friends,omitempty"`
+}
+
+// devAccessTTL is the lifetime of a dev-mode access token.
+const devAccessTTL = 12 * time.Hour
+
+// devTokenHandler serves POST /v6/dev/token (dev mode only): an access
+// token for any subject, so a newcomer and the tests can open sessions.
+func devTokenHandler(signer *auth.Signer) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
+			return
+		}
+		var req devTokenRequest
+		if err := decodeJSON(r, &req); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", "%v", err)
+			return
+		}
+		if req.Sub == "" {
+			writeError(w, http.StatusBadRequest, "bad_request", "sub is required")
+			return
+		}
+		tok, err := signer.IssueAccess(auth.Access{
+			Subject: req.Sub, Tenant: req.Tenant, Region: req.Region, Entitlement: req.Entitlement,
+			Roles: req.Roles, Minor: req.Minor, Voice: req.Voice, Friends: req.Friends,
+		}, devAccessTTL)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", "%v", err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"token": tok})
+	}
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Runs every test of egbe-edge on a fresh machine: installs what the tests
+# need (Debian chromium and redis-server, the npm packages under web/, Go
+# modules), then vet, gofmt, the race-enabled test suite, and a short run of
+# every native fuzz test.
+#
+#   scripts/test.sh            everything
+#   FUZZTIME=0 scripts/test.sh skip the fuzz pass
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FUZZTIME=${FUZZTIME:-4s}
+export GOFLAGS=${GOFLAGS:-}
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "system packages"
+need=()
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v node >/dev/null 2>&1 || need+=(nodejs npm)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+# The browser and Redis tests fail loudly without these; say so early.
+for bin in chromium redis-server node; do
+  command -v "$bin" >/dev/null 2>&1 || { echo "missing $bin after install" >&2; exit 1; }
+done
+chromium --version || true
+redis-server --version
+
+step "npm packages (web/)"
+(cd web && npm ci --no-audit --no-fund --loglevel=error)
+
+step "Go modules"
+go mod download
+go mod verify
+
+step "go vet"
+go vet ./...
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './web/node_modules/*'))
+if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; exit 1; fi
+
+step "go test -race"
+mkdir -p artifacts
+go test -race -count=1 -timeout 25m ./... 2>&1 | tee artifacts/test.log
+status=${PIPESTATUS[0]}
+[ "$status" -eq 0 ] || exit "$status"
+
+if [ "$FUZZTIME" != "0" ]; then
+  step "fuzz (each target for $FUZZTIME)"
+  for pkg in $(go list ./...); do
+    for target in $(go test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz' || true); do
+      echo "-- $pkg $target"
+      go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg"
+    done
+  done
+fi
+echo
+echo "all tests passed"

@@ -1,0 +1,271 @@
+// The demo client: negotiate, open the best (or a forced) transport, say
+// hello, then show the session, round trip, and the agents in view.
+// window.egbe exposes the state for the browser tests.
+import { encode, decode, frame, FrameReader } from './pb.js';
+
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+const CAPABILITIES = ['deltas', 'unreliable-lane', 'world-events', 'squad-comms', 'voice', 'action-acks'];
+
+const egbe = window.egbe = {
+  state: 'idle', transport: null, sessionId: null, shardId: null, entityId: 0, rttMs: null,
+  counts: {}, inView: 0, errors: [], log: [], voice: { state: 'off', inboundPackets: 0 },
+};
+
+function log(...args) {
+  const line = args.map((a) => (typeof a === 'string' ? a : JSON.stringify(a))).join(' ');
+  egbe.log.push(line);
+  const el = $('log');
+  el.textContent = (line + '\n' + el.textContent).slice(0, 8000);
+}
+function setState(s) { egbe.state = s; $('state').textContent = s; }
+function count(kind) { egbe.counts[kind] = (egbe.counts[kind] || 0) + 1; }
+
+async function devToken() {
+  const sub = 'demo-' + Math.random().toString(36).slice(2, 10);
+  const r = await fetch('/v6/dev/token', {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ sub, tenant: 'tara-studio', region: 'gb', entitlement: 'free', roles: [] }),
+  });
+  if (!r.ok) throw new Error('dev token: HTTP ' + r.status);
+  return (await r.json()).token;
+}
+
+async function negotiate() {
+  const q = new URLSearchParams();
+  if (typeof WebTransport === 'undefined') q.set('quic', '0');
+  if (typeof RTCPeerConnection === 'undefined') q.set('webrtc', '0');
+  const r = await fetch('/v6/realtime/negotiate?' + q);
+  const body = await r.json();
+  if (!r.ok) throw new Error(body.code + ': ' + body.message);
+  return body;
+}
+
+function b64bytes(s) { return Uint8Array.from(atob(s), (c) => c.charCodeAt(0)); }
+
+// Each opener resolves to {send(env, unreliable), close(), kind} and calls
+// onMessage(envelope) for every server envelope.
+async function openWebTransport(t, onMessage, onClose) {
+  const opts = {};
+  if (t.certificateHashes?.length) {
+    opts.serverCertificateHashes = t.certificateHashes.map((h) => ({ algorithm: h.algorithm, value: b64bytes(h.value) }));
+  }
+  const wt = new WebTransport(t.url, opts);
+  await wt.ready;
+  const bidi = await wt.createBidirectionalStream();
+  const writer = bidi.writable.getWriter();
+  const dgw = wt.datagrams.writable.getWriter();
+  const fr = new FrameReader();
+  (async () => {
+    const reader = bidi.readable.getReader();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      for (const f of fr.push(value)) onMessage(decode('ServerEnvelope', f));
+    }
+  })().catch(() => {}).finally(onClose);
+  (async () => {
+    const reader = wt.datagrams.readable.getReader();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      count('datagram'); onMessage(decode('ServerEnvelope', value));
+    }
+  })().catch(() => {});
+  wt.closed.then(onClose, onClose);
+  return {
+    kind: 'webtransport',
+    send(env, unreliable) {
+      const b = encode('ClientEnvelope', env);
+      if (unreliable) dgw.write(b).catch(() => {}); else writer.write(frame(b)).catch(() => {});
+    },
+    close() { wt.close(); },
+  };
+}
+
+async function openWebRTC(t, onMessage, onClose) {
+  const pc = new RTCPeerConnection();
+  const rel = pc.createDataChannel('egbe-reliable');
+  const unrel = pc.createDataChannel('egbe-unreliable', { ordered: false, maxRetransmits: 0 });
+  for (const dc of [rel, unrel]) {
+    dc.binaryType = 'arraybuffer';
+    dc.onmessage = (ev) => { if (dc === unrel) count('unreliable'); onMessage(decode('ServerEnvelope', new Uint8Array(ev.data))); };
+  }
+  await pc.setLocalDescription(await pc.createOffer());
+  await new Promise((res) => {
+    if (pc.iceGatheringState === 'complete') return res();
+    pc.onicegatheringstatechange = () => pc.iceGatheringState === 'complete' && res();
+    setTimeout(res, 2000);
+  });
+  const r = await fetch(t.url, { method: 'POST', headers: { 'Content-Type': 'application/sdp' }, body: pc.localDescription.sdp });
+  if (!r.ok) throw new Error('webrtc offer: HTTP ' + r.status + ' ' + (await r.text()));
+  await pc.setRemoteDescription({ type: 'answer', sdp: await r.text() });
+  await new Promise((res, rej) => {
+    rel.onopen = res;
+    setTimeout(() => rej(new Error('data channel did not open')), 10000);
+  });
+  rel.onclose = onClose;
+  return {
+    kind: 'webrtc',
+    send(env, unreliable) {
+      const b = encode('ClientEnvelope', env);
+      const dc = unreliable && unrel.readyState === 'open' ? unrel : rel;
+      if (dc.readyState === 'open') dc.send(b);
+    },
+    close() { pc.close(); onClose(); },
+  };
+}
+
+// Protojson prints 64-bit integers as strings; the page wants numbers.
+function numify(v) {
+  if (Array.isArray(v)) return v.map(numify);
+  if (v && typeof v === 'object') {
+    for (const k of Object.keys(v)) v[k] = numify(v[k]);
+    return v;
+  }
+  return typeof v === 'string' && /^-?\d+$/.test(v) && v.length < 16 ? Number(v) : v;
+}
+
+async function openWebSocket(t, onMessage, onClose) {
+  const json = params.get('encoding') !== 'proto';
+  const url = new URL(t.url, location.href);
+  url.protocol = url.protocol.replace('http', 'ws');
+  const ws = new WebSocket(url, [json ? 'egbe.v1.json' : 'egbe.v1']);
+  ws.binaryType = 'arraybuffer';
+  await new Promise((res, rej) => { ws.onopen = res; ws.onerror = () => rej(new Error('websocket failed')); });
+  ws.onmessage = (ev) => {
+    if (typeof ev.data === 'string') onMessage(numify(JSON.parse(ev.data)));
+    else onMessage(decode('ServerEnvelope', new Uint8Array(ev.data)));
+  };
+  ws.onclose = (ev) => { log('websocket closed', ev.code, ev.reason); onClose(); };
+  return {
+    kind: 'websocket',
+    send(env) {
+      if (ws.readyState !== WebSocket.OPEN) return;
+      ws.send(json ? JSON.stringify(env) : encode('ClientEnvelope', env));
+    },
+    close() { ws.close(1000); },
+  };
+}
+
+const openers = { webtransport: openWebTransport, webrtc: openWebRTC, websocket: openWebSocket };
+
+// World state: entities by sequence, so a delta applies to its base.
+const states = new Map(); // sequence -> Map(id -> entity)
+let latestSeq = 0;
+let conn = null;
+let timers = [];
+
+function applyState(seq, ents) {
+  states.set(seq, ents);
+  if (seq > latestSeq) latestSeq = seq;
+  for (const s of states.keys()) if (s < latestSeq - 64) states.delete(s);
+  egbe.inView = ents.size;
+  $('inview').textContent = String(ents.size);
+  conn?.send({ ack: { snapshotSequence: seq } }, true);
+  draw(ents);
+}
+
+function onMessage(env) {
+  if (env.hello) {
+    count('hello');
+    const h = env.hello;
+    Object.assign(egbe, { sessionId: h.sessionId, shardId: h.shardId, entityId: h.entityId || 0, resumeToken: h.resumeToken });
+    $('session').textContent = h.sessionId; $('shard').textContent = h.shardId;
+    $('acceptance').textContent = ['?', 'ACCEPTED', 'DEGRADED', 'REJECTED'][h.acceptance] || h.acceptance;
+    if (h.acceptance === 3 || h.acceptance === 'REJECTED') { setState('rejected'); return; }
+    setState('connected');
+    log('hello', h);
+  } else if (env.snapshot) {
+    count('snapshot');
+    const m = new Map();
+    for (const e of env.snapshot.entities || []) m.set(e.id, e);
+    applyState(env.snapshot.sequence || 0, m);
+  } else if (env.delta) {
+    count('delta');
+    const d = env.delta;
+    const base = d.baseSequence ? states.get(d.baseSequence) : new Map();
+    if (!base) { count('delta_without_base'); return; }
+    const m = new Map(base);
+    for (const id of d.removedIds || []) m.delete(id);
+    for (const e of d.upserts || []) m.set(e.id, e);
+    applyState(d.sequence, m);
+  } else if (env.pong) {
+    count('pong');
+    egbe.rttMs = Math.max(0, performance.now() - env.pong.clientTimeMs);
+    $('rtt').textContent = egbe.rttMs.toFixed(1) + ' ms';
+  } else if (env.error) {
+    count('error');
+    egbe.errors.push(env.error);
+    log('error', env.error);
+  } else if (env.drain) {
+    count('drain'); log('drain', env.drain);
+  } else if (env.event) { count('event'); } else if (env.actionAck) { count('actionAck'); } else if (env.voice) {
+    count('voice'); egbe.voice.slots = env.voice.slotEntityIds;
+  }
+  $('counts').textContent = JSON.stringify(egbe.counts);
+}
+
+async function connect() {
+  disconnect();
+  setState('negotiating');
+  try {
+    const [token, neg] = await Promise.all([devToken(), negotiate()]);
+    egbe.fallbackChain = neg.fallbackChain;
+    const forced = $('transport').value || params.get('transport');
+    const candidates = neg.transports.filter((t) => !forced || t.kind === forced);
+    if (!candidates.length) throw new Error('transport ' + forced + ' not offered');
+    let lastErr;
+    for (const t of candidates) {
+      setState('opening ' + t.kind);
+      try {
+        conn = await openers[t.kind](t, onMessage, () => { if (egbe.state === 'connected') setState('closed'); });
+        break;
+      } catch (e) { lastErr = e; log('open', t.kind, 'failed:', String(e)); }
+    }
+    if (!conn) throw lastErr;
+    egbe.transport = conn.kind; $('t').textContent = conn.kind;
+    setState('hello');
+    conn.send({ hello: {
+      accessToken: token, instanceId: $('instance').value, authorityKind: 2, protocolVersion: 1,
+      capabilities: CAPABILITIES, rendererProfile: { renderer: 1 },
+    } });
+    let seq = 0;
+    const t0 = performance.now();
+    timers.push(setInterval(() => conn?.send({ ping: { clientTimeMs: Math.round(performance.now()) } }), 500));
+    timers.push(setInterval(() => {
+      const a = (performance.now() - t0) / 8000;
+      conn?.send({ presence: { seq: ++seq, position: { xMm: Math.round(Math.cos(a) * 20000), yMm: Math.round(Math.sin(a) * 20000) }, clientTimeMs: Math.round(performance.now()) } }, true);
+    }, 100));
+  } catch (e) {
+    setState('failed');
+    egbe.errors.push({ code: 'client', message: String(e) });
+    log('connect failed:', String(e));
+  }
+}
+
+function disconnect() {
+  for (const t of timers) clearInterval(t);
+  timers = [];
+  conn?.close();
+  conn = null;
+}
+
+function draw(ents) {
+  const c = $('world'), g = c.getContext('2d');
+  g.clearRect(0, 0, c.width, c.height);
+  const scale = c.width / 140000; // +-70 m around the origin
+  for (const e of ents.values()) {
+    const p = e.position || {};
+    g.fillStyle = e.kind === 2 ? '#f5b041' : '#5dade2';
+    g.beginPath();
+    g.arc(c.width / 2 + (p.xMm || 0) * scale, c.height / 2 - (p.yMm || 0) * scale, e.kind === 2 ? 5 : 3, 0, 2 * Math.PI);
+    g.fill();
+  }
+}
+
+$('connect').onclick = connect;
+$('disconnect').onclick = () => { disconnect(); setState('idle'); };
+$('voice').onclick = () => import('./voice.js').then((v) => v.joinVoice(egbe, log)).catch((e) => log('voice:', String(e)));
+if (params.get('transport')) $('transport').value = params.get('transport');
+if (params.get('auto') === '1') connect();
