@@ -1,0 +1,161 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+)
+
+// Target is an edge under load: its URLs and, when known, its pid (for CPU
+// and RSS).
+type Target struct {
+	HTTPBase  string // http://127.0.0.1:PORT
+	H3Base    string // https://127.0.0.1:PORT
+	AdminBase string
+	PID       int
+	CertHash  [32]byte
+
+	cmd *exec.Cmd
+}
+
+// freePort asks the kernel for a free TCP port that is also free on UDP.
+func freePort() (int, error) {
+	for i := 0; i < 16; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		pc, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
+		ln.Close()
+		if err == nil {
+			pc.Close()
+			return port, nil
+		}
+	}
+	return 0, errors.New("bench: no free port")
+}
+
+// StartEdge runs the edge binary at bin in dev mode on free loopback ports,
+// with extra flags, and waits until it is ready.
+func StartEdge(ctx context.Context, bin string, extra ...string) (*Target, error) {
+	ports := make([]int, 5)
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
+	}
+	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
+	args := append([]string{"--http", addr(ports[0]), "--https", addr(ports[1]), "--ice-udp", addr(ports[2]),
+		"--streamer-ws", addr(ports[3]), "--admin", addr(ports[4])}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = io.Discard
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	t := &Target{HTTPBase: "http://" + addr(ports[0]), H3Base: "https://" + addr(ports[1]), AdminBase: "http://" + addr(ports[4]), PID: cmd.Process.Pid, cmd: cmd}
+	if err := t.waitReady(ctx); err != nil {
+		t.Stop()
+		return nil, err
+	}
+	return t, t.loadCertHash(ctx)
+}
+
+// Attach uses an edge that is already running.
+func Attach(ctx context.Context, httpBase, h3Base, adminBase string, pid int) (*Target, error) {
+	t := &Target{HTTPBase: httpBase, H3Base: h3Base, AdminBase: adminBase, PID: pid}
+	if err := t.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	return t, t.loadCertHash(ctx)
+}
+
+func (t *Target) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(t.AdminBase + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return errors.New("bench: edge did not become ready in 30 s")
+}
+
+func (t *Target) loadCertHash(ctx context.Context) error {
+	resp, err := http.Get(t.HTTPBase + "/v6/realtime/cert-hash")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var body struct{ Value string }
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return err
+	}
+	b, err := base64.StdEncoding.DecodeString(body.Value)
+	if err != nil || len(b) != 32 {
+		return fmt.Errorf("bench: bad cert hash %q", body.Value)
+	}
+	copy(t.CertHash[:], b)
+	return nil
+}
+
+// Token mints a dev access token for sub.
+func (t *Target) Token(sub string) (string, error) {
+	body, _ := json.Marshal(map[string]any{"sub": sub, "tenant": "tara-studio", "region": "gb", "entitlement": "free"})
+	resp, err := http.Post(t.HTTPBase+"/v6/dev/token", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var out struct{ Token string }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Token == "" {
+		return "", fmt.Errorf("bench: dev token: HTTP %d %v", resp.StatusCode, err)
+	}
+	return out.Token, nil
+}
+
+// Usage reads the target's CPU and RSS (zero without a pid).
+func (t *Target) Usage() ProcUsage {
+	if t.PID == 0 {
+		return ProcUsage{}
+	}
+	u, _ := ReadProc(t.PID)
+	return u
+}
+
+// Stop ends a target started by StartEdge (SIGTERM, then kill).
+func (t *Target) Stop() {
+	if t.cmd == nil || t.cmd.Process == nil {
+		return
+	}
+	_ = t.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = t.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = t.cmd.Process.Kill()
+		<-done
+	}
+}

@@ -1,0 +1,149 @@
+// Command egbe-bench drives load at an egbe-edge and reports latency,
+// throughput, errors and the edge's CPU and RSS, beside a baseline server
+// measured in the same run where the scenario has one.
+//
+//	egbe-bench connect  --edge-bin PATH --transport websocket --sessions 1000
+//	egbe-bench echo     --edge-bin PATH --transport websocket --sessions 1000 --rate 20 --duration 20s [--baseline]
+//	egbe-bench serve-baseline-echo --listen 127.0.0.1:9999   (used by --baseline)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/oshun/egbe-edge/bench"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func usage() int {
+	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|serve-baseline-echo [flags]  (egbe-bench SCENARIO --help)")
+	return 2
+}
+
+func run(args []string) int {
+	if len(args) == 0 {
+		return usage()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "connect", "echo":
+		err = runEcho(ctx, args[0], args[1:])
+	case "serve-baseline-echo":
+		fs := flag.NewFlagSet(args[0], flag.ExitOnError)
+		listen := fs.String("listen", "127.0.0.1:0", "address")
+		_ = fs.Parse(args[1:])
+		err = bench.ServeBaselineEcho(ctx, &http.Server{Addr: *listen})
+	default:
+		return usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "egbe-bench:", err)
+		return 1
+	}
+	return 0
+}
+
+type edgeFlags struct {
+	bin, httpBase, h3Base, adminBase string
+	pid                              int
+	extra                            string
+}
+
+func (f *edgeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.bin, "edge-bin", "", "start this egbe-edge binary on free loopback ports (dev mode)")
+	fs.StringVar(&f.extra, "edge-args", "", "extra flags for --edge-bin, space separated")
+	fs.StringVar(&f.httpBase, "edge", "", "or attach: the running edge's HTTP origin (http://127.0.0.1:8080)")
+	fs.StringVar(&f.h3Base, "edge-h3", "", "the running edge's HTTPS origin (https://127.0.0.1:8443)")
+	fs.StringVar(&f.adminBase, "edge-admin", "", "the running edge's admin origin (http://127.0.0.1:9090)")
+	fs.IntVar(&f.pid, "edge-pid", 0, "the running edge's pid, for CPU and RSS")
+}
+
+func (f *edgeFlags) target(ctx context.Context) (*bench.Target, error) {
+	if f.bin != "" {
+		return bench.StartEdge(ctx, f.bin, strings.Fields(f.extra)...)
+	}
+	if f.httpBase == "" {
+		return nil, fmt.Errorf("give --edge-bin or --edge/--edge-h3/--edge-admin")
+	}
+	return bench.Attach(ctx, f.httpBase, f.h3Base, f.adminBase, f.pid)
+}
+
+func runEcho(ctx context.Context, scenario string, args []string) error {
+	fs := flag.NewFlagSet(scenario, flag.ExitOnError)
+	var ef edgeFlags
+	ef.register(fs)
+	var opts bench.EchoOptions
+	fs.StringVar(&opts.Transport, "transport", "websocket", "webtransport | webrtc | websocket")
+	fs.IntVar(&opts.Sessions, "sessions", 100, "concurrent sessions")
+	fs.Float64Var(&opts.Rate, "rate", 20, "messages per second per session (echo)")
+	fs.DurationVar(&opts.Duration, "duration", 10*time.Second, "measured phase (echo)")
+	fs.IntVar(&opts.DialWorkers, "dial-workers", 32, "concurrent dials")
+	fs.StringVar(&opts.Instance, "instance", "orun-grove", "instance to join")
+	baseline := fs.Bool("baseline", false, "also measure a bare gorilla echo server with the same load (websocket)")
+	_ = fs.Parse(args)
+	if scenario == "connect" {
+		opts.Duration = 0
+	}
+	t, err := ef.target(ctx)
+	if err != nil {
+		return err
+	}
+	defer t.Stop()
+	rep, err := bench.RunEcho(ctx, t, opts)
+	if err != nil {
+		return err
+	}
+	fmt.Print(rep)
+	if !*baseline {
+		return nil
+	}
+	t.Stop() // one server at a time on this machine
+	base, err := runBaseline(ctx, opts)
+	if err != nil {
+		return err
+	}
+	fmt.Print(base)
+	if base.CPUPerMessage > 0 {
+		fmt.Printf("ratio edge/bare cpu per message: %.2fx\n", float64(rep.CPUPerMessage)/float64(base.CPUPerMessage))
+	}
+	return nil
+}
+
+func runBaseline(ctx context.Context, opts bench.EchoOptions) (bench.EchoReport, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return bench.EchoReport{}, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return bench.EchoReport{}, err
+	}
+	cmd := exec.Command(self, "serve-baseline-echo", "--listen", addr)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return bench.EchoReport{}, err
+	}
+	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	for i := 0; i < 100; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return bench.RunBaselineEcho(ctx, "ws://"+addr+"/", cmd.Process.Pid, opts)
+}
