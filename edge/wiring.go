@@ -19,8 +19,8 @@ func (e *Edge) subsystemsReady() bool { return true }
 // serveExtra serves listeners owned by subsystems (Epic ports, HTTP/3).
 func (e *Edge) serveExtra(serve func(ln net.Listener, h http.Handler, tlsOn bool)) {}
 
-// mountOps mounts the operator page on the admin mux.
-func (e *Edge) mountOps(m *http.ServeMux) {}
+// fleetSummary describes the fleet when the edge shares Redis state.
+func (e *Edge) fleetSummary() *fleetSummary { return nil }
 
 var _ = context.Background
 

@@ -11,12 +11,20 @@ import (
 //go:embed demo
 var demoFS embed.FS
 
+//go:embed ops
+var opsFS embed.FS
+
 // Demo is the demo page's file tree (index.html at its root).
-func Demo() fs.FS {
-	sub, err := fs.Sub(demoFS, "demo")
+func Demo() fs.FS { return sub(demoFS, "demo") }
+
+// Ops is the operator dashboard's file tree (index.html at its root).
+func Ops() fs.FS { return sub(opsFS, "ops") }
+
+func sub(f embed.FS, dir string) fs.FS {
+	s, err := fs.Sub(f, dir)
 	if err != nil {
-		// fs.Sub fails only on an invalid path; "demo" is a constant.
-		return demoFS
+		// fs.Sub fails only on an invalid path; dir is a constant.
+		return f
 	}
-	return sub
+	return s
 }
