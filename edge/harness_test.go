@@ -1,0 +1,125 @@
+package edge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// testEdge is an edge running in-process on loopback ports.
+type testEdge struct {
+	*Edge
+	addrs  Addrs
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// testConfig is dev mode on 127.0.0.1:0 everywhere.
+func testConfig() Config {
+	cfg := Default()
+	cfg.HTTP = "127.0.0.1:0"
+	cfg.HTTPS = "127.0.0.1:0"
+	cfg.ICEUDP = "127.0.0.1:0"
+	cfg.StreamerWS = "127.0.0.1:0"
+	cfg.PlayerWS = "127.0.0.1:0"
+	cfg.Admin = "127.0.0.1:0"
+	cfg.DrainWindow = Duration(200 * time.Millisecond)
+	return cfg
+}
+
+func startEdge(t *testing.T, mutate func(*Config)) *testEdge {
+	t.Helper()
+	cfg := testConfig()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(&testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	e, err := New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	te := &testEdge{Edge: e, addrs: e.Addrs(), cancel: cancel, done: make(chan error, 1)}
+	go func() { te.done <- e.Run(ctx) }()
+	t.Cleanup(func() { te.stop(t) })
+	waitUntil(t, 20*time.Second, "edge ready", func() bool {
+		resp, err := http.Get(te.adminURL("/readyz"))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return te
+}
+
+func (te *testEdge) stop(t *testing.T) {
+	if te.cancel == nil {
+		return
+	}
+	te.cancel()
+	te.cancel = nil
+	select {
+	case err := <-te.done:
+		if err != nil {
+			t.Errorf("edge Run: %v", err)
+		}
+	case <-time.After(45 * time.Second):
+		t.Errorf("edge did not stop within 45 s")
+	}
+}
+
+func (te *testEdge) httpURL(path string) string  { return "http://" + te.addrs.HTTP + path }
+func (te *testEdge) h3Base() string              { return "https://" + te.addrs.HTTPS }
+func (te *testEdge) adminURL(path string) string { return "http://" + te.addrs.Admin + path }
+
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func postJSON(t *testing.T, url string, body any) (*http.Response, []byte) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp, out
+}
+
+func (te *testEdge) devToken(t *testing.T, sub string) string {
+	t.Helper()
+	resp, body := postJSON(t, te.httpURL("/v6/dev/token"), map[string]any{"sub": sub, "tenant": "tara-studio", "region": "gb", "entitlement": "free", "roles": []string{}})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("dev token: %d %s", resp.StatusCode, body)
+	}
+	var out struct{ Token string }
+	if err := json.Unmarshal(body, &out); err != nil || out.Token == "" {
+		t.Fatalf("dev token body %s: %v", body, err)
+	}
+	return out.Token
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimSpace(p)))
+	return len(p), nil
+}
