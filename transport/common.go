@@ -1,0 +1,53 @@
+package transport
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+)
+
+// ending is the end-of-connection state every Conn shares: Done's channel
+// and the error Read reports afterwards.
+type ending struct {
+	once sync.Once
+	done chan struct{}
+	err  error // written once, before done is closed
+}
+
+func newEnding() ending { return ending{done: make(chan struct{})} }
+
+// end records err as the reason and closes done. It reports whether this
+// call was the first.
+func (e *ending) end(err error) bool {
+	first := false
+	e.once.Do(func() {
+		e.err = err
+		close(e.done)
+		first = true
+	})
+	return first
+}
+
+// reason is the recorded end error; only valid once done is closed.
+func (e *ending) reason() error { return e.err }
+
+// httpError is the typed JSON body of every 4xx/5xx this package answers,
+// matching the wire Error's code/message shape.
+type httpError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeHTTPError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(httpError{Code: code, Message: msg})
+}
+
+// bufPool is a sync.Pool of fixed-size byte slices, used as gorilla's
+// WriteBufferPool so idle WebSockets hold no write buffer.
+type bufPool struct{ p sync.Pool }
+
+func (b *bufPool) Get() any  { return b.p.Get() }
+func (b *bufPool) Put(x any) { b.p.Put(x) }

@@ -1,0 +1,18 @@
+package transport
+
+import "errors"
+
+// Sentinels beyond the Conn contract's (conn.go). HTTP-facing errors are
+// also answered as typed JSON bodies; see writeHTTPError.
+var (
+	// ErrBadOffer: a WebRTC offer body is not a usable SDP offer.
+	ErrBadOffer = errors.New("transport: malformed SDP offer")
+	// ErrOfferTooLarge: a WebRTC offer body exceeds WebRTCConfig.MaxOfferBytes.
+	ErrOfferTooLarge = errors.New("transport: SDP offer too large")
+	// ErrHandshakeTimeout: a peer did not finish connecting in time.
+	ErrHandshakeTimeout = errors.New("transport: handshake timed out")
+	// ErrShuttingDown: the transport no longer accepts connections.
+	ErrShuttingDown = errors.New("transport: shutting down")
+	// ErrConfig: a configuration value is out of range.
+	ErrConfig = errors.New("transport: invalid config")
+)

@@ -1,0 +1,244 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/webtransport-go"
+
+	"github.com/oshun/egbe-edge/codec"
+)
+
+// startWT serves WebTransport (and a /hello HTTP/3 route) on 127.0.0.1:0.
+func startWT(t *testing.T, h Handler) (*WebTransport, *Metrics, string, *tls.Config) {
+	t.Helper()
+	serverTLS, clientTLS, _ := testTLS(t)
+	m, _ := testMetrics()
+	wt, err := NewWebTransport(DefaultWebTransportConfig(), h, nil, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pconn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello over "+r.Proto) })
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- wt.Serve(ctx, pconn, serverTLS, mux) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		pconn.Close()
+	})
+	return wt, m, "https://" + pconn.LocalAddr().String(), clientTLS
+}
+
+func dialWT(t *testing.T, base string, clientTLS *tls.Config) *webtransport.Session {
+	t.Helper()
+	tr := &webtransport.Transport{
+		TLSClientConfig: clientTLS,
+		QUICConfig:      &quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true},
+	}
+	t.Cleanup(func() { tr.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, sess, err := tr.Dial(ctx, base+PathWebTransport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	t.Cleanup(func() { sess.CloseWithError(0, "") })
+	return sess
+}
+
+func TestWebTransportEcho(t *testing.T) {
+	leakCheck(t)
+	_, m, base, clientTLS := startWT(t, func(ctx context.Context, c Conn) {
+		if c.Kind() != KindWebTransport || !c.HasUnreliable() || c.Encoding() != EncodingProto {
+			t.Errorf("conn = %s unreliable=%v enc=%v", c.Kind(), c.HasUnreliable(), c.Encoding())
+		}
+		echo(ctx, c)
+	})
+
+	// Ordinary HTTP/3 requests reach the mux.
+	h3 := &http3.Transport{TLSClientConfig: clientTLS}
+	defer h3.Close()
+	resp, err := (&http.Client{Transport: h3}).Get(base + "/hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "hello over HTTP/3.0" {
+		t.Errorf("mux body = %q", body)
+	}
+
+	sess := dialWT(t, base, clientTLS)
+	str, err := sess.OpenStreamSync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(str)
+	for i := 0; i < 5; i++ {
+		msg := fmt.Appendf(nil, "reliable %d", i)
+		if _, err := str.Write(codec.AppendFrame(nil, msg)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := codec.ReadFrame(br, nil, codec.MaxMessageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(msg) {
+			t.Fatalf("echo %q, want %q", got, msg)
+		}
+	}
+	// Datagrams may be lost even on loopback: resend until one comes back.
+	msg := []byte("unreliable")
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatal("no datagram echoed")
+		}
+		if err := sess.SendDatagram(msg); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		got, err := sess.ReceiveDatagram(ctx)
+		cancel()
+		if err == nil {
+			if string(got) != string(msg) {
+				t.Fatalf("datagram echo %q", got)
+			}
+			break
+		}
+	}
+	if got := counter(m, "messages", "webtransport", "unreliable", "out"); got < 1 {
+		t.Errorf("unreliable out = %v", got)
+	}
+	if got := counter(m, "accepted", "webtransport"); got != 1 {
+		t.Errorf("accepted = %v", got)
+	}
+}
+
+func TestWebTransportOversize(t *testing.T) {
+	leakCheck(t)
+	errs := make(chan error, 1)
+	_, _, base, clientTLS := startWT(t, recordingEcho(errs))
+	sess := dialWT(t, base, clientTLS)
+	str, err := sess.OpenStreamSync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A length prefix one over the limit: refused before the body is read.
+	if _, err := str.Write(binary.AppendUvarint(nil, codec.MaxMessageSize+1)); err != nil {
+		t.Fatal(err)
+	}
+	var se *webtransport.SessionError
+	if err := sessionErr(sess); !errors.As(err, &se) || uint32(se.ErrorCode) != codec.CodeFrameTooLarge.CloseCode() {
+		t.Fatalf("session ended with %v, want code %d", err, codec.CodeFrameTooLarge.CloseCode())
+	}
+	if err := <-errs; !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatalf("server Read = %v, want ErrMessageTooLarge", err)
+	}
+}
+
+func TestWebTransportCloseCode(t *testing.T) {
+	leakCheck(t)
+	_, m, base, clientTLS := startWT(t, func(ctx context.Context, c Conn) {
+		if _, err := c.Read(ctx); err != nil {
+			return
+		}
+		_ = c.Close(codec.CodeDraining.CloseCode(), "bye")
+	})
+	sess := dialWT(t, base, clientTLS)
+	str, err := sess.OpenStreamSync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := str.Write(codec.AppendFrame(nil, []byte("hi"))); err != nil {
+		t.Fatal(err)
+	}
+	var se *webtransport.SessionError
+	if err := sessionErr(sess); !errors.As(err, &se) || uint32(se.ErrorCode) != 4040 || se.Message != "bye" {
+		t.Fatalf("session ended with %v, want 4040 bye", err)
+	}
+	waitFor(t, "active to reach 0", func() bool { return counter(m, "active", "webtransport") == 0 })
+}
+
+// sessionErr waits for sess to end and returns why.
+func sessionErr(sess *webtransport.Session) error {
+	<-sess.Context().Done()
+	_, err := sess.AcceptStream(context.Background())
+	return err
+}
+
+// WriteUnreliable never blocks: with the sender's queue full it drops.
+func TestWebTransportWriteUnreliableDrops(t *testing.T) {
+	m, _ := testMetrics()
+	c := &wtConn{t: &WebTransport{km: m.forKind(KindWebTransport)}, ending: newEnding(), outgoing: make(chan []byte, 2)}
+	for i := 0; i < 2; i++ {
+		if err := c.WriteUnreliable([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.WriteUnreliable([]byte("x")); !errors.Is(err, ErrDropped) {
+		t.Fatalf("full queue: %v, want ErrDropped", err)
+	}
+	if got := counter(m, "drops", "webtransport", dropSendQueueFull); got != 1 {
+		t.Errorf("drops = %v", got)
+	}
+	c.end(ErrClosed)
+	if err := c.WriteUnreliable([]byte("x")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("closed: %v", err)
+	}
+}
+
+func TestWebTransportServeCancelEndsSessions(t *testing.T) {
+	leakCheck(t)
+	serverTLS, clientTLS, _ := testTLS(t)
+	wt, err := NewWebTransport(DefaultWebTransportConfig(), echo, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pconn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pconn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- wt.Serve(ctx, pconn, serverTLS, nil) }()
+	sess := dialWT(t, "https://"+pconn.LocalAddr().String(), clientTLS)
+	str, err := sess.OpenStreamSync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := str.Write(codec.AppendFrame(nil, []byte("hi"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := codec.ReadFrame(bufio.NewReader(str), nil, codec.MaxMessageSize); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	<-sess.Context().Done() // the session ended with the server
+}
