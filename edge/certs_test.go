@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/internal/devcert"
 )
 
@@ -31,4 +32,12 @@ func writeTestCert(t *testing.T) (certFile, keyFile string) {
 		t.Fatal(err)
 	}
 	return certFile, keyFile
+}
+
+func accessFor(sub string) auth.Access {
+	return auth.Access{Subject: sub, Tenant: "tara-studio", Region: "gb"}
+}
+
+func resumeFor() auth.Resume {
+	return auth.Resume{SessionID: "s-1", ShardID: DevShardName, InstanceID: "orun-grove", Subject: "mallory"}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/internal/devcert"
 	"github.com/oshun/egbe-edge/internal/iceport"
+	"github.com/oshun/egbe-edge/shard"
 )
 
 // devCertValidity: Chromium accepts serverCertificateHashes only for
@@ -35,7 +36,8 @@ const shutdownTimeout = 30 * time.Second
 // Edge is one running egbe-edge process.
 type Edge struct {
 	cfg    Config       // immutable after New
-	log    *slog.Logger // immutable after New
+	base   *slog.Logger // immutable after New: the process logger
+	log    *slog.Logger // immutable after New: base with component=edge
 	signer *auth.Signer // immutable after New
 	reg    *prometheus.Registry
 
@@ -58,6 +60,17 @@ type Edge struct {
 	drainers []func(context.Context) error
 	// closers run last, in reverse order.
 	closers []func() error
+	// readyChecks must all pass for /readyz.
+	readyChecks []func() bool
+
+	// Subsystems and the seams between them.
+	rt         *realtime
+	admitter   shard.Admitter   // nil: admit every handshake
+	voiceHooks shard.VoiceHooks // nil: no voice
+	// lifetime is cancelled when the edge has closed; subsystems started in
+	// New (the dev shard) run under it.
+	lifetime context.Context
+	endLife  context.CancelFunc
 }
 
 // Addrs are the bound addresses of an Edge's listeners.
@@ -73,7 +86,9 @@ func New(cfg Config, log *slog.Logger) (e *Edge, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	e = &Edge{cfg: cfg, log: log.With("component", "edge"), reg: prometheus.NewRegistry()}
+	e = &Edge{cfg: cfg, base: log, log: log.With("component", "edge"), reg: prometheus.NewRegistry()}
+	e.lifetime, e.endLife = context.WithCancel(context.Background())
+	e.closers = append(e.closers, func() error { e.endLife(); return nil })
 	defer func() {
 		if err != nil {
 			e.closeAll()
@@ -210,6 +225,9 @@ func (e *Edge) Addrs() Addrs {
 	}
 	return a
 }
+
+// logFor is the logger of one component.
+func (e *Edge) logFor(component string) *slog.Logger { return e.base.With("component", component) }
 
 // Signer is the edge's token signer (tests mint tokens with it).
 func (e *Edge) Signer() *auth.Signer { return e.signer }

@@ -6,15 +6,25 @@ import (
 	"io"
 	"net"
 	"net/http"
+
+	"github.com/oshun/egbe-edge/web"
 )
 
 // buildSubsystems constructs and wires every subsystem.
 func (e *Edge) buildSubsystems() error {
-	return nil
+	e.mainMux.Handle("/", http.FileServerFS(web.Demo()))
+	return e.buildRealtime(e.lifetime)
 }
 
 // subsystemsReady reports whether every subsystem is ready.
-func (e *Edge) subsystemsReady() bool { return true }
+func (e *Edge) subsystemsReady() bool {
+	for _, ok := range e.readyChecks {
+		if !ok() {
+			return false
+		}
+	}
+	return true
+}
 
 // serveExtra serves listeners owned by subsystems (Epic ports, HTTP/3).
 func (e *Edge) serveExtra(serve func(ln net.Listener, h http.Handler, tlsOn bool)) {}

@@ -1,0 +1,150 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/shard"
+	"github.com/oshun/egbe-edge/shard/shardsim"
+	"github.com/oshun/egbe-edge/transport"
+)
+
+// shardConn adapts a transport.Conn to what the shard gateway consumes.
+type shardConn struct{ transport.Conn }
+
+var _ shard.ClientConn = shardConn{}
+
+func (c shardConn) Transport() string { return string(c.Kind()) }
+func (c shardConn) JSON() bool        { return c.Encoding() == transport.EncodingJSON }
+
+func (c shardConn) Read(ctx context.Context) ([]byte, bool, error) {
+	m, err := c.Conn.Read(ctx)
+	if errors.Is(err, transport.ErrMessageTooLarge) {
+		// The gateway speaks codec's vocabulary: an oversized message is a
+		// frame_too_large refusal.
+		err = fmt.Errorf("%w: %w", codec.ErrFrameTooLarge, err)
+	}
+	return m.Data, m.Lane == transport.Unreliable, err
+}
+
+// portOf returns the numeric port of a listener address ("" -> 0).
+func portOf(addr string) int {
+	if addr == "" {
+		return 0
+	}
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// realtime is the edge's realtime plane: transports feeding the shard
+// gateway, and (dev) an in-process reference shard.
+type realtime struct {
+	gw  *shard.Gateway
+	ws  *transport.WebSocket
+	rtc *transport.WebRTC
+	wt  *transport.WebTransport
+	sim *shardsim.Server // dev only
+}
+
+// buildRealtime wires transports -> gateway and mounts the realtime
+// endpoints on the main mux.
+func (e *Edge) buildRealtime(ctx context.Context) error {
+	scfg := shard.DefaultConfig()
+	scfg.DrainWindow = time.Duration(e.cfg.DrainWindow)
+	for name, addr := range e.cfg.Shards {
+		scfg.Shards[name] = addr
+	}
+	for inst, sh := range e.cfg.Instances {
+		scfg.Instances[inst] = sh
+	}
+	rt := &realtime{}
+	if e.cfg.DevShard {
+		sim, err := shardsim.Start(ctx, shardsim.Config{
+			Listen: "127.0.0.1:0", ShardID: DevShardName, Instances: e.cfg.DevInstances,
+			Agents: e.cfg.DevShardAgents, Logger: e.logFor("dev-shard"),
+		})
+		if err != nil {
+			return fmt.Errorf("dev shard: %w", err)
+		}
+		e.closers = append(e.closers, sim.Close)
+		rt.sim = sim
+		scfg.Shards[DevShardName] = sim.Addr()
+		for _, inst := range e.cfg.DevInstances {
+			if _, taken := scfg.Instances[inst]; !taken {
+				scfg.Instances[inst] = DevShardName
+			}
+		}
+		e.log.Info("dev shard serving", "instances", e.cfg.DevInstances, "agents", e.cfg.DevShardAgents, "link", sim.Addr())
+	}
+
+	tcfg := transport.Default()
+	tcfg.WebSocket.AllowedOrigins = e.cfg.AllowedOrigins
+	tcfg.Negotiate.HTTPPort = portOf(e.Addrs().HTTP)
+	tcfg.Negotiate.HTTPSPort = portOf(e.Addrs().HTTPS)
+	tcfg.Negotiate.WebTransport = e.h3Conn != nil
+	if e.cfg.TLSCert == "" {
+		// Only a self-signed certificate needs pinning by hash.
+		tcfg.Negotiate.CertificateHashes = [][32]byte{e.certHash}
+	}
+	neg, err := transport.NewNegotiate(tcfg.Negotiate)
+	if err != nil {
+		return err
+	}
+	chain := make([]string, 0, len(transport.FallbackOrder))
+	for _, k := range transport.FallbackOrder {
+		if k != transport.KindWebTransport || tcfg.Negotiate.WebTransport {
+			chain = append(chain, string(k))
+		}
+	}
+
+	gw, err := shard.NewGateway(scfg, shard.Deps{
+		Signer:        e.signer,
+		Admit:         e.admitter,
+		Voice:         e.voiceHooks,
+		FallbackChain: func() []string { return chain },
+		Logger:        e.logFor("gateway"),
+		Registerer:    e.reg,
+	})
+	if err != nil {
+		return err
+	}
+	rt.gw = gw
+	serve := func(ctx context.Context, c transport.Conn) { gw.Serve(ctx, shardConn{c}) }
+
+	tm := transport.NewMetrics(e.reg)
+	tlog := e.logFor("transport")
+	if rt.ws, err = transport.NewWebSocket(tcfg.WebSocket, serve, tlog, tm); err != nil {
+		return err
+	}
+	if rt.rtc, err = transport.NewWebRTC(tcfg.WebRTC, e.ice, serve, tlog, tm); err != nil {
+		return err
+	}
+	if rt.wt, err = transport.NewWebTransport(tcfg.WebTransport, serve, tlog, tm); err != nil {
+		return err
+	}
+	e.mainMux.Handle("GET "+transport.PathNegotiate, neg)
+	e.mainMux.Handle(transport.PathWebSocket, rt.ws)
+	e.mainMux.Handle("POST "+transport.PathWebRTC, rt.rtc)
+
+	e.runners = append(e.runners, gw.Run)
+	if e.h3Conn != nil {
+		e.runners = append(e.runners, func(ctx context.Context) error {
+			return rt.wt.Serve(ctx, e.h3Conn, e.tlsConf.Clone(), e.withAltSvc(e.mainMux))
+		})
+	}
+	// Drain order: sessions get Drain while transports still carry it,
+	// then the transports close what is left.
+	e.drainers = append(e.drainers, gw.Drain, rt.ws.Shutdown, rt.rtc.Shutdown, rt.wt.Shutdown)
+	e.readyChecks = append(e.readyChecks, gw.Ready)
+	e.rt = rt
+	return nil
+}
