@@ -23,6 +23,7 @@ import (
 	"github.com/oshun/egbe-edge/internal/devcert"
 	"github.com/oshun/egbe-edge/internal/iceport"
 	"github.com/oshun/egbe-edge/shard"
+	"github.com/oshun/egbe-edge/signalling/matchmaker"
 )
 
 // devCertValidity: Chromium accepts serverCertificateHashes only for
@@ -65,8 +66,12 @@ type Edge struct {
 
 	// Subsystems and the seams between them.
 	rt         *realtime
-	admitter   shard.Admitter   // nil: admit every handshake
-	voiceHooks shard.VoiceHooks // nil: no voice
+	px         *pxstream
+	pxAdmitter matchmaker.Admitter // nil: admit every match
+	// extraServers are listeners owned by subsystems (Epic ports).
+	extraServers []extraServer
+	admitter     shard.Admitter   // nil: admit every handshake
+	voiceHooks   shard.VoiceHooks // nil: no voice
 	// lifetime is cancelled when the edge has closed; subsystems started in
 	// New (the dev shard) run under it.
 	lifetime context.Context

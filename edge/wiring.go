@@ -13,7 +13,10 @@ import (
 // buildSubsystems constructs and wires every subsystem.
 func (e *Edge) buildSubsystems() error {
 	e.mainMux.Handle("/", http.FileServerFS(web.Demo()))
-	return e.buildRealtime(e.lifetime)
+	if err := e.buildRealtime(e.lifetime); err != nil {
+		return err
+	}
+	return e.buildPxstream()
 }
 
 // subsystemsReady reports whether every subsystem is ready.
@@ -27,7 +30,11 @@ func (e *Edge) subsystemsReady() bool {
 }
 
 // serveExtra serves listeners owned by subsystems (Epic ports, HTTP/3).
-func (e *Edge) serveExtra(serve func(ln net.Listener, h http.Handler, tlsOn bool)) {}
+func (e *Edge) serveExtra(serve func(ln net.Listener, h http.Handler, tlsOn bool)) {
+	for _, x := range e.extraServers {
+		serve(x.ln, x.h, false)
+	}
+}
 
 // fleetSummary describes the fleet when the edge shares Redis state.
 func (e *Edge) fleetSummary() *fleetSummary { return nil }

@@ -1,0 +1,116 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/signalling"
+	"github.com/oshun/egbe-edge/signalling/matchmaker"
+	"github.com/oshun/egbe-edge/signalling/streamer"
+)
+
+// devStreamerPOP is where dev-mode streamers register when they name no POP,
+// so the matchmaker (which only knows the topology's POPs) can lease them.
+const devStreamerPOP = "us-east-1"
+
+// devStreamerTokenTTL outlives any dev session.
+const devStreamerTokenTTL = 30 * 24 * time.Hour
+
+// pxstream is the Pixel Streaming plane: the Epic broker and the matchmaker.
+type pxstream struct {
+	srv *signalling.Server
+	mm  *matchmaker.Matchmaker
+}
+
+// buildPxstream wires the broker, the live-fleet matchmaker and (dev) the
+// synthetic streamers.
+func (e *Edge) buildPxstream() error {
+	topo := matchmaker.DefaultTopology()
+	if e.cfg.PxstreamTopology != "" {
+		t, err := matchmaker.LoadTopology(e.cfg.PxstreamTopology)
+		if err != nil {
+			return fmt.Errorf("%w: --pxstream-topology: %w", ErrConfig, err)
+		}
+		topo = t
+	}
+	fleet := &matchmaker.RegistryFleet{}
+	mcfg := matchmaker.Default()
+	mcfg.RequireAccessToken = e.cfg.Mode == ModeProd
+	mm, err := matchmaker.New(mcfg, matchmaker.Deps{
+		Fleet: fleet, Signer: e.signer, Topology: topo, Admitter: e.pxAdmitter,
+		Logger: e.logFor("matchmaker"), Registerer: e.reg,
+	})
+	if err != nil {
+		return err
+	}
+
+	scfg := signalling.Default()
+	scfg.Auth = e.cfg.PxstreamAuth
+	scfg.MaxPlayers = e.cfg.MaxPlayers
+	if e.cfg.Mode == ModeDev {
+		scfg.DefaultPOP = devStreamerPOP
+	}
+	if len(e.cfg.ICEServers) > 0 {
+		opts, err := json.Marshal(map[string]any{"iceServers": e.cfg.ICEServers})
+		if err != nil {
+			return err
+		}
+		scfg.PeerConnectionOptions = opts
+	}
+	srv, err := signalling.New(scfg, signalling.Deps{
+		Signer: e.signer, Logger: e.logFor("signalling"), Registerer: e.reg, Leases: mm.Hooks(),
+	})
+	if err != nil {
+		return err
+	}
+	fleet.Reg = srv.Registry()
+
+	e.mainMux.Handle(mcfg.SignallingPath, srv.PlayerHandler())
+	e.mainMux.Handle("/api/v6/pxstream/", mm.Handler())
+	e.mainMux.Handle("/api/v3/pxstream/", mm.Handler())
+	e.extraServers = append(e.extraServers, extraServer{e.streamerLn, srv.StreamerHandler()}, extraServer{e.playerLn, srv.PlayerHandler()})
+	e.runners = append(e.runners, srv.Run)
+	e.closers = append(e.closers, func() error { srv.Close(); return nil })
+
+	if n := e.cfg.DevStreamers; n > 0 && e.streamerLn != nil {
+		url := "ws://" + e.streamerLn.Addr().String()
+		for i := 0; i < n; i++ {
+			sc := streamer.Default()
+			sc.URL = url
+			sc.ID = "DefaultStreamer"
+			sc.POP = devStreamerPOP
+			sc.Codecs = []string{"H264"}
+			if scfg.Auth == signalling.AuthToken {
+				// In token mode a streamer may only register the id its
+				// token names, so each dev streamer gets its own.
+				sc.ID = fmt.Sprintf("DevStreamer%d", i+1)
+				tok, err := e.signer.IssueStreamer(auth.Streamer{StreamerID: sc.ID, POP: sc.POP, Codecs: sc.Codecs}, devStreamerTokenTTL)
+				if err != nil {
+					return err
+				}
+				sc.Token = tok
+			}
+			sc.IncludeLoopback = true
+			sc.Logger = e.logFor("dev-streamer")
+			e.runners = append(e.runners, func(ctx context.Context) error {
+				if err := streamer.Run(ctx, sc); err != nil && ctx.Err() == nil {
+					return fmt.Errorf("dev streamer: %w", err)
+				}
+				return nil
+			})
+		}
+	}
+	e.px = &pxstream{srv: srv, mm: mm}
+	return nil
+}
+
+// extraServer is a listener served by one subsystem's handler.
+type extraServer struct {
+	ln net.Listener
+	h  http.Handler
+}
