@@ -1,0 +1,80 @@
+package edge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// runNode runs a browser-test script under web/browsertest with args and
+// decodes the JSON it prints last. Node, Chromium and the npm packages are
+// required: scripts/test.sh installs them, and this fails loudly without.
+func runNode(t *testing.T, script string, timeout time.Duration, out any, args ...string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is required for browser tests (scripts/test.sh installs it): %v", err)
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err != nil && os.Getenv("CHROMIUM") == "" {
+		t.Fatalf("chromium is required for browser tests (scripts/test.sh installs it): %v", err)
+	}
+	dir, err := filepath.Abs(filepath.Join("..", "web", "browsertest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "..", "node_modules", "playwright-core")); err != nil {
+		t.Fatalf("web/node_modules is missing: run scripts/test.sh (npm ci in web/): %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, append([]string{filepath.Join(dir, script)}, args...)...)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\nstderr:\n%s\nstdout:\n%s", script, err, stderr.String(), stdout.String())
+	}
+	lines := bytes.Split(bytes.TrimSpace(stdout.Bytes()), []byte("\n"))
+	if err := json.Unmarshal(lines[len(lines)-1], out); err != nil {
+		t.Fatalf("%s printed %q: %v\nstderr:\n%s", script, stdout.String(), err, stderr.String())
+	}
+}
+
+// TestDemoPageEveryTransport: headless Chromium opens the demo page and
+// completes a session over each transport, WebTransport included (pinned
+// with serverCertificateHashes), receiving pongs and world updates.
+func TestDemoPageEveryTransport(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test; runs in the full suite")
+	}
+	te := startEdge(t, nil)
+	var results map[string]struct {
+		OK        bool            `json:"ok"`
+		State     string          `json:"state"`
+		Transport string          `json:"transport"`
+		SessionID string          `json:"sessionId"`
+		ShardID   string          `json:"shardId"`
+		InView    int             `json:"inView"`
+		Counts    map[string]int  `json:"counts"`
+		Errors    json.RawMessage `json:"errors"`
+		Log       []string        `json:"log"`
+		Console   []string        `json:"console"`
+	}
+	kinds := []string{"webtransport", "webrtc", "websocket"}
+	runNode(t, "demo.mjs", 120*time.Second, &results, append([]string{te.httpURL("")}, kinds...)...)
+	for _, k := range kinds {
+		r, ok := results[k]
+		if !ok {
+			t.Errorf("%s: no result", k)
+			continue
+		}
+		if !r.OK || r.Transport != k || r.SessionID == "" || r.ShardID != DevShardName || r.InView == 0 {
+			t.Errorf("%s: session not established: %+v", k, r)
+		}
+	}
+}
