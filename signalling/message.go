@@ -1,0 +1,359 @@
+package signalling
+
+import (
+	"encoding/json"
+	"strconv"
+)
+
+// Wire: one JSON object per WebSocket text frame, always with a string
+// "type" field (Epic lib-pixelstreamingcommon-ue5.5, signalling_messages.proto).
+// Unknown fields pass through untouched: the broker relays the sender's bytes
+// member by member and only edits "playerId".
+
+// Message types the broker understands (signalling_messages.proto).
+const (
+	typeIdentify              = "identify"
+	typeConfig                = "config"
+	typeEndpointID            = "endpointId"
+	typeEndpointIDConfirm     = "endpointIdConfirm"
+	typeStreamerIDChanged     = "streamerIdChanged"
+	typeListStreamers         = "listStreamers"
+	typeStreamerList          = "streamerList"
+	typeSubscribe             = "subscribe"
+	typeUnsubscribe           = "unsubscribe"
+	typeSubscribeFailed       = "subscribeFailed"
+	typePlayerConnected       = "playerConnected"
+	typePlayerDisconnected    = "playerDisconnected"
+	typeDisconnectPlayer      = "disconnectPlayer"
+	typeOffer                 = "offer"
+	typeAnswer                = "answer"
+	typeIceCandidate          = "iceCandidate"
+	typeLayerPreference       = "layerPreference"
+	typeDataChannelRequest    = "dataChannelRequest"
+	typePeerDataChannelsReady = "peerDataChannelsReady"
+	typePing                  = "ping"
+	typePong                  = "pong"
+)
+
+// knownType interns the type names above, so decoding one does not allocate.
+func knownType(b []byte) (string, bool) {
+	for _, t := range allTypes {
+		if t == string(b) {
+			return t, true
+		}
+	}
+	return "", false
+}
+
+var allTypes = [...]string{typeIdentify, typeConfig, typeEndpointID, typeEndpointIDConfirm,
+	typeStreamerIDChanged, typeListStreamers, typeStreamerList, typeSubscribe,
+	typeUnsubscribe, typeSubscribeFailed, typePlayerConnected,
+	typePlayerDisconnected, typeDisconnectPlayer, typeOffer, typeAnswer,
+	typeIceCandidate, typeLayerPreference, typeDataChannelRequest,
+	typePeerDataChannelsReady, typePing, typePong}
+
+// MaxFields is the most top-level members a message may have. Epic's
+// richest message (offer) has six.
+const MaxFields = 64
+
+// span is a half-open byte range of Message.Raw.
+type span struct{ lo, hi int }
+
+// member is one top-level "key": value of a message.
+type member struct {
+	all span // from the key's opening quote to the value's end
+	key span // inside the quotes, escapes not decoded
+	val span // the raw value
+	esc bool // key holds a backslash escape
+}
+
+// Message is one decoded signalling message. It aliases the frame it was
+// decoded from; Decode fills a caller-owned Message without allocating for
+// Epic's message types.
+type Message struct {
+	Raw  []byte // the frame
+	Type string // the "type" value (unquoted)
+
+	n       int
+	members [MaxFields]member
+}
+
+// Decode parses frame into m: frame must be one JSON object with a string
+// "type". Errors: ErrBadJSON, ErrNotObject, ErrNoType, ErrTooManyFields.
+func Decode(frame []byte, m *Message) error {
+	m.Raw, m.Type, m.n = frame, "", 0
+	if !json.Valid(frame) {
+		return ErrBadJSON
+	}
+	i := skipWS(frame, 0)
+	if frame[i] != '{' {
+		return ErrNotObject
+	}
+	i = skipWS(frame, i+1)
+	if frame[i] == '}' {
+		return ErrNoType
+	}
+	for {
+		if m.n == MaxFields {
+			return ErrTooManyFields
+		}
+		var mb member
+		mb.all.lo = i
+		ke := skipString(frame, i)
+		mb.key = span{i + 1, ke - 1}
+		for _, c := range frame[mb.key.lo:mb.key.hi] {
+			if c == '\\' {
+				mb.esc = true
+				break
+			}
+		}
+		i = skipWS(frame, ke)
+		i = skipWS(frame, i+1) // ':'
+		ve := skipValue(frame, i)
+		mb.val = span{i, ve}
+		mb.all.hi = ve
+		m.members[m.n] = mb
+		m.n++
+		i = skipWS(frame, ve)
+		if frame[i] == '}' {
+			break
+		}
+		i = skipWS(frame, i+1) // ','
+	}
+	t, ok := m.Field("type")
+	if !ok || len(t) < 2 || t[0] != '"' {
+		return ErrNoType
+	}
+	if kt, ok := knownType(t[1 : len(t)-1]); ok {
+		m.Type = kt
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(t, &s); err != nil {
+		return ErrNoType
+	}
+	m.Type = s
+	return nil
+}
+
+// keyIs reports whether member mb's key is k.
+func (m *Message) keyIs(mb *member, k string) bool {
+	raw := m.Raw[mb.key.lo:mb.key.hi]
+	if !mb.esc {
+		return string(raw) == k
+	}
+	var s string
+	if err := json.Unmarshal(m.Raw[mb.key.lo-1:mb.key.hi+1], &s); err != nil {
+		return false
+	}
+	return s == k
+}
+
+// Field returns the raw value of key (the last one, as JSON.parse does).
+func (m *Message) Field(key string) ([]byte, bool) {
+	for j := m.n - 1; j >= 0; j-- {
+		mb := &m.members[j]
+		if m.keyIs(mb, key) {
+			return m.Raw[mb.val.lo:mb.val.hi], true
+		}
+	}
+	return nil, false
+}
+
+// String returns key's value if it is a JSON string.
+func (m *Message) String(key string) (string, bool) {
+	raw, ok := m.Field(key)
+	if !ok || len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// IDString returns key's value as an id: a string as is, a number in its
+// JSON text form (UE streamers may send playerId as a number).
+func (m *Message) IDString(key string) (string, bool) {
+	raw, ok := m.Field(key)
+	if !ok || len(raw) == 0 {
+		return "", false
+	}
+	if c := raw[0]; c == '-' || (c >= '0' && c <= '9') {
+		return string(raw), true
+	}
+	return m.String(key)
+}
+
+// Without returns a new frame with every key member removed; the other
+// members keep their bytes and order.
+func (m *Message) Without(key string) []byte {
+	return m.rebuild(key, nil)
+}
+
+// WithString returns a new frame whose key member is the JSON string val:
+// replaced in place when present (duplicates dropped), appended otherwise.
+func (m *Message) WithString(key, val string) []byte {
+	q, _ := json.Marshal(val)
+	return m.rebuild(key, q)
+}
+
+func (m *Message) rebuild(key string, val []byte) []byte {
+	out := make([]byte, 0, len(m.Raw)+len(key)+len(val)+4)
+	out = append(out, '{')
+	done := val == nil
+	first := true
+	for j := 0; j < m.n; j++ {
+		mb := &m.members[j]
+		if m.keyIs(mb, key) {
+			if done {
+				continue
+			}
+			done = true
+			if !first {
+				out = append(out, ',')
+			}
+			first = false
+			out = append(out, m.Raw[mb.all.lo:mb.val.lo]...)
+			out = append(out, val...)
+			continue
+		}
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = append(out, m.Raw[mb.all.lo:mb.all.hi]...)
+	}
+	if !done {
+		if !first {
+			out = append(out, ',')
+		}
+		out = strconv.AppendQuote(out, key)
+		out = append(out, ':')
+		out = append(out, val...)
+	}
+	return append(out, '}')
+}
+
+// The scanners below run only over input json.Valid accepted; they still
+// stop at the end of the buffer rather than index past it.
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
+		}
+	}
+	return len(b) - 1
+}
+
+// skipString returns the index just past the string starting at b[i] == '"'.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index just past the value starting at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return len(b)
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(b)
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\r', '\n':
+			return i
+		}
+		i++
+	}
+	return len(b)
+}
+
+// Messages the broker composes. Ids are quoted with encoding/json, so an id
+// a streamer chose cannot break the frame.
+
+func quote(s string) []byte {
+	q, _ := json.Marshal(s)
+	return q
+}
+
+func msgIdentify() []byte { return []byte(`{"type":"identify"}`) }
+
+func msgConfig(pco json.RawMessage) []byte {
+	out := []byte(`{"type":"config","peerConnectionOptions":`)
+	out = append(out, pco...)
+	return append(out, `,"protocolVersion":"`+ProtocolVersion+`"}`...)
+}
+
+func msgEndpointIDConfirm(id string) []byte {
+	return append(append([]byte(`{"type":"endpointIdConfirm","committedId":`), quote(id)...), '}')
+}
+
+func msgStreamerIDChanged(id string) []byte {
+	return append(append([]byte(`{"type":"streamerIdChanged","newID":`), quote(id)...), '}')
+}
+
+func msgStreamerList(ids []string) []byte {
+	out := []byte(`{"type":"streamerList","ids":[`)
+	for i, id := range ids {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, quote(id)...)
+	}
+	return append(out, "]}"...)
+}
+
+func msgSubscribeFailed(text string) []byte {
+	return append(append([]byte(`{"type":"subscribeFailed","message":`), quote(text)...), '}')
+}
+
+func msgPlayerConnected(id string) []byte {
+	return append(append([]byte(`{"type":"playerConnected","playerId":`), quote(id)...),
+		`,"dataChannel":true,"sfu":false}`...)
+}
+
+func msgPlayerDisconnected(id string) []byte {
+	return append(append([]byte(`{"type":"playerDisconnected","playerId":`), quote(id)...), '}')
+}
+
+// msgPong echoes ping's time unchanged; a missing time is 0.
+func msgPong(m *Message) []byte {
+	t, ok := m.Field("time")
+	if !ok {
+		t = []byte("0")
+	}
+	return append(append([]byte(`{"type":"pong","time":`), t...), '}')
+}
