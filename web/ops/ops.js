@@ -8,14 +8,16 @@ const HISTORY = 150; // points kept per series
 // Each chart: a title, the metric families it reads, how to label a series,
 // and whether to plot a rate (per second) or the value.
 const CHARTS = [
-  { id: 'sessions', title: 'Sessions by transport', families: ['egbe_sessions'], by: 'transport' },
-  { id: 'handshakes', title: 'Handshakes by outcome (per s)', families: ['egbe_handshakes_total'], by: 'outcome', rate: true },
-  { id: 'refusals', title: 'Refusals by reason (per s)', families: ['egbe_handshakes_total'], by: 'reason', rate: true, filter: (l) => l.outcome && l.outcome !== 'accepted' && l.outcome !== 'ok' },
+  { id: 'sessions', title: 'Sessions by transport', families: ['egbe_shard_sessions'], by: 'transport' },
+  { id: 'handshakes', title: 'Handshakes by outcome (per s)', families: ['egbe_shard_handshakes_total'], by: 'outcome', rate: true },
+  { id: 'refusals', title: 'Refusals by reason (per s)', families: ['egbe_shard_handshakes_total', 'egbe_admission_refusals_total'], by: 'reason', rate: true,
+    filter: (l) => (l.outcome === undefined || l.outcome === 'rejected') && l.reason },
   { id: 'links', title: 'Shard link health (1 = up)', families: ['egbe_shard_link_up'], by: 'shard' },
+  { id: 'linkrtt', title: 'Shard link RTT (ms)', families: ['egbe_shard_link_rtt_seconds'], by: 'shard', scale: 1000 },
   { id: 'sfu', title: 'SFU packets (per s)', families: ['egbe_sfu_packets_forwarded_total', 'egbe_sfu_packets_dropped_total'], by: '__name__', rate: true },
-  { id: 'pops', title: 'Pixel Streaming POP utilisation (%)', families: ['egbe_pxstream_pop_utilisation_ratio', 'egbe_pxstream_pop_utilization_ratio'], by: 'pop', scale: 100 },
+  { id: 'pops', title: 'Pixel Streaming POP utilisation (%)', families: ['egbe_pxstream_pop_utilisation_ratio'], by: 'pop', scale: 100 },
   { id: 'queue', title: 'Waiting room depth', families: ['egbe_admission_queue_depth'], by: 'region' },
-  { id: 'drain', title: 'Waiting room drain rate (admits/s)', families: ['egbe_admission_queue_admits_total', 'egbe_admission_admits_total'], by: 'region', rate: true },
+  { id: 'drain', title: 'Waiting room drain rate (admits/min)', families: ['egbe_admission_drain_rate_per_minute'], by: 'region' },
 ];
 
 const state = window.opsState = { polls: 0, charts: {}, errors: [] };
