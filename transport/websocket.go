@@ -188,12 +188,13 @@ type wsConn struct {
 	mt  int             // message type written; immutable
 
 	ending
-	closed   atomic.Bool // Close has sent (or tried to send) a close frame
-	peerGone atomic.Bool // the socket failed or the peer closed: nothing to drain
-	pinger   *time.Timer // keepalive; stopped in finish
-	readCtx  context.Context
-	stopCtx  func() bool // owned by Read: unhooks readCtx's cancellation
-	scratch  []byte      // owned by Read
+	closed     atomic.Bool     // Close has sent (or tried to send) a close frame
+	peerGone   atomic.Bool     // the socket failed or the peer closed: nothing to drain
+	pinger     *time.Timer     // keepalive; stopped in finish
+	readCtx    context.Context // guarded by deadlineMu; written only by Read
+	deadlineMu sync.Mutex      // orders readCtx changes against its cancellation hook
+	stopCtx    func() bool     // owned by Read: unhooks readCtx's cancellation
+	scratch    []byte          // owned by Read
 }
 
 var _ Conn = (*wsConn)(nil)
@@ -247,12 +248,26 @@ func (c *wsConn) Read(ctx context.Context) (Message, error) {
 	}
 	if ctx != c.readCtx {
 		// One cancellation hook per distinct ctx, not per message: the
-		// session reader normally passes the same ctx every time.
+		// session reader normally passes the same ctx every time. The hook
+		// only acts while its ctx is still the current one, so an earlier
+		// ctx that ends between reads (a handshake timeout cancelled after
+		// the hello arrived) cannot poison this reader's deadline.
 		if c.stopCtx != nil {
 			c.stopCtx()
 		}
+		c.deadlineMu.Lock()
 		c.readCtx = ctx
-		c.stopCtx = context.AfterFunc(ctx, func() { _ = c.ws.NetConn().SetReadDeadline(time.Unix(1, 0)) })
+		if !c.closed.Load() {
+			_ = c.ws.NetConn().SetReadDeadline(time.Now().Add(c.s.cfg.PingInterval + c.s.cfg.PongWait))
+		}
+		c.deadlineMu.Unlock()
+		c.stopCtx = context.AfterFunc(ctx, func() {
+			c.deadlineMu.Lock()
+			defer c.deadlineMu.Unlock()
+			if c.readCtx == ctx {
+				_ = c.ws.NetConn().SetReadDeadline(time.Unix(1, 0))
+			}
+		})
 	}
 	_, r, err := c.ws.NextReader()
 	if err != nil {

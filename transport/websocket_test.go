@@ -258,3 +258,40 @@ func TestWebSocketKeepaliveDropsSilentPeer(t *testing.T) {
 	}
 	waitFor(t, "the session to end", func() bool { return counter(m, "active", "websocket") == 0 })
 }
+
+// TestWebSocketReadAfterShortLivedCtx: a session reads its first message
+// under a short-lived handshake context, cancels it, and keeps reading under
+// its own context. The cancelled context must not poison later reads.
+func TestWebSocketReadAfterShortLivedCtx(t *testing.T) {
+	leakCheck(t)
+	got := make(chan string, 2)
+	_, _, url := startWS(t, DefaultWebSocketConfig(), func(ctx context.Context, c Conn) {
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := c.Read(hctx)
+		cancel()
+		if err != nil {
+			got <- "first: " + err.Error()
+			return
+		}
+		got <- string(m.Data)
+		m, err = c.Read(ctx)
+		if err != nil {
+			got <- "second: " + err.Error()
+			return
+		}
+		got <- string(m.Data)
+	})
+	conn, _, err := websocket.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, msg := range []string{"hello", "next"} {
+		if err := conn.WriteMessage(websocket.BinaryMessage, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-got; r != msg {
+			t.Fatalf("server read %q, want %q", r, msg)
+		}
+	}
+}
