@@ -1,0 +1,301 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oshun/egbe-edge/state"
+)
+
+func TestNetworkKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"203.0.113.77":           "203.0.113.0/24",
+		"::ffff:203.0.113.77":    "203.0.113.0/24",
+		"2001:db8:abcd:12::1":    "2001:db8:abcd::/48",
+		"2001:db8:abcd:ffff::99": "2001:db8:abcd::/48",
+	} {
+		if got := NetworkKey(netip.MustParseAddr(in), 24, 48); got != want {
+			t.Errorf("%s -> %s, want %s", in, got, want)
+		}
+	}
+}
+
+type pxEnv struct {
+	a     *Admitter
+	audit *bytes.Buffer
+	now   time.Time
+}
+
+func newPxEnv() *pxEnv {
+	e := &pxEnv{audit: &bytes.Buffer{}, now: clock0}
+	clk := func() time.Time { return e.now }
+	e.a = NewAdmitter(DefaultPolicy(), state.NewMemoryLeases(), state.NewMemoryBudgets(), NewAuditor(e.audit, clk), clk, nil)
+	return e
+}
+
+func pxReq(session, subject, ip string) PxRequest {
+	return PxRequest{SessionID: session, Subject: subject, TenantID: "tara-studio", ClientIP: netip.MustParseAddr(ip)}
+}
+
+func TestPxAdmission(t *testing.T) {
+	ctx := context.Background()
+	type step struct {
+		req    PxRequest
+		action PxAction
+		status int
+	}
+	grant := func(r PxRequest, n int) PxRequest {
+		r.Grant = &UserGrant{MaxSessions: n, Reason: "instructor"}
+		return r
+	}
+	inst := func(r PxRequest) PxRequest { r.InstitutionApproved = true; return r }
+	paid := func(r PxRequest) PxRequest { r.Paid = true; return r }
+	walk := func(r PxRequest, slots, used int) PxRequest { r.Concert = &WalkUp{Slots: slots, InUse: used}; return r }
+	util := func(r PxRequest, u ...int) PxRequest { r.EligiblePopUtilBP = u; return r }
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"user cap 2", []step{
+			{pxReq("s1", "u", "10.0.0.1"), PxAdmit, 200},
+			{pxReq("s2", "u", "10.0.1.1"), PxAdmit, 200},
+			{pxReq("s3", "u", "10.0.2.1"), PxRejectUserCap, 409},
+		}},
+		{"grant lifts user cap", []step{
+			{grant(pxReq("s1", "u", "10.0.0.1"), 3), PxAdmit, 200},
+			{grant(pxReq("s2", "u", "10.0.1.1"), 3), PxAdmit, 200},
+			{grant(pxReq("s3", "u", "10.0.2.1"), 3), PxAdmit, 200},
+			{grant(pxReq("s4", "u", "10.0.3.1"), 3), PxRejectUserCap, 409},
+		}},
+		{"same session re-admits without counting twice", []step{
+			{pxReq("s1", "u", "10.0.0.1"), PxAdmit, 200},
+			{pxReq("s1", "u", "10.0.0.1"), PxAdmit, 200},
+			{pxReq("s2", "u", "10.0.0.1"), PxAdmit, 200},
+		}},
+		{"network cap 8 on the /24", func() []step {
+			var s []step
+			for i := range 8 {
+				s = append(s, step{pxReq("s"+string(rune('a'+i)), "u"+string(rune('a'+i)), "198.51.100."+string(rune('1'+i))), PxAdmit, 200})
+			}
+			s = append(s, step{pxReq("s9", "u9", "198.51.100.200"), PxRejectNetworkCap, 429})
+			s = append(s, step{pxReq("s10", "u10", "198.51.101.1"), PxAdmit, 200})
+			return s
+		}()},
+		{"network cap on the /48", func() []step {
+			var s []step
+			for i := range 8 {
+				s = append(s, step{pxReq("s"+string(rune('a'+i)), "u"+string(rune('a'+i)), "2001:db8:1:"+string(rune('1'+i))+"::1"), PxAdmit, 200})
+			}
+			s = append(s, step{pxReq("s9", "u9", "2001:db8:1:ffff::9"), PxRejectNetworkCap, 429})
+			s = append(s, step{pxReq("s10", "u10", "2001:db8:2::1"), PxAdmit, 200})
+			return s
+		}()},
+		{"institution cap 64", func() []step {
+			var s []step
+			for i := range 64 {
+				id := string(rune('A'+i/26)) + string(rune('a'+i%26))
+				s = append(s, step{inst(pxReq("s"+id, "u"+id, "192.0.2.10")), PxAdmit, 200})
+			}
+			s = append(s, step{inst(pxReq("sx", "ux", "192.0.2.11")), PxRejectNetworkCap, 429})
+			return s
+		}()},
+		{"walk-up pool full: free falls back, paid passes", []step{
+			{walk(pxReq("s1", "u", "10.0.0.1"), 10, 10), PxFallbackWalkUp, 503},
+			{walk(pxReq("s2", "v", "10.0.0.2"), 10, 9), PxAdmit, 200},
+			{paid(walk(pxReq("s3", "w", "10.0.0.3"), 10, 10)), PxAdmit, 200},
+		}},
+		{"backpressure: every eligible POP >= 85 %", []step{
+			{util(pxReq("s1", "u", "10.0.0.1"), 8500, 9100), PxFallbackBackpressure, 503},
+			{util(pxReq("s2", "v", "10.0.0.2"), 8500, 8499), PxAdmit, 200},
+			{paid(util(pxReq("s3", "w", "10.0.0.3"), 9900)), PxAdmit, 200},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newPxEnv()
+			for i, s := range c.steps {
+				d, err := e.a.Admit(ctx, s.req)
+				if err != nil || d.Action != s.action || d.HTTPStatus != s.status || (d.Lease != nil) != (s.action == PxAdmit) {
+					t.Fatalf("step %d: %+v %v, want %s %d", i, d, err, s.action, s.status)
+				}
+			}
+		})
+	}
+}
+
+func TestPxBudgetAndAudit(t *testing.T) {
+	ctx := context.Background()
+	e := newPxEnv()
+	if _, err := e.a.RecordUsage(ctx, "u", 119); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := e.a.Admit(ctx, pxReq("s1", "u", "10.0.0.1"))
+	if d.Action != PxAdmit {
+		t.Fatalf("119 min used: %s", d.Action)
+	}
+	_ = d.Lease.Release(ctx)
+	e.a.RecordUsage(ctx, "u", 1)
+	d, _ = e.a.Admit(ctx, pxReq("s2", "u", "10.0.0.1"))
+	if d.Action != PxRejectBudget || d.HTTPStatus != 402 {
+		t.Fatalf("120 min used: %+v", d)
+	}
+	var line map[string]any
+	if err := json.Unmarshal(e.audit.Bytes(), &line); err != nil || line["action"] != "reject-free-budget" || line["network"] != "px:net:10.0.0.0/24" {
+		t.Fatalf("audit %q %v", e.audit.String(), err)
+	}
+	// A refused budget does not hold the lease: the user cap is intact.
+	r := pxReq("s3", "u", "10.0.0.1")
+	r.Paid = true
+	if d, _ := e.a.Admit(ctx, r); d.Action != PxAdmit {
+		t.Fatalf("paid exempt: %s", d.Action)
+	}
+	// Next UTC day: budget resets.
+	e.now = clock0.Add(24 * time.Hour)
+	if d, _ := e.a.Admit(ctx, pxReq("s4", "u", "10.0.0.1")); d.Action != PxAdmit {
+		t.Fatalf("next day: %s", d.Action)
+	}
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestPxAuditFailureKeepsDenial(t *testing.T) {
+	clk := func() time.Time { return clock0 }
+	a := NewAdmitter(DefaultPolicy(), state.NewMemoryLeases(), state.NewMemoryBudgets(), NewAuditor(failWriter{}, clk), clk, nil)
+	r := walkFull()
+	d, err := a.Admit(context.Background(), r)
+	if !errors.Is(err, ErrAudit) || d.Action != PxFallbackWalkUp {
+		t.Fatalf("%+v %v", d, err)
+	}
+}
+
+func walkFull() PxRequest {
+	r := pxReq("s", "u", "10.0.0.1")
+	r.Concert = &WalkUp{Slots: 1, InUse: 1}
+	return r
+}
+
+func TestPxLeaseLapses(t *testing.T) {
+	ctx := context.Background()
+	e := newPxEnv()
+	for _, s := range []string{"s1", "s2"} {
+		if d, _ := e.a.Admit(ctx, pxReq(s, "u", "10.0.0.1")); d.Action != PxAdmit {
+			t.Fatal(d.Action)
+		}
+	}
+	e.now = clock0.Add(61 * time.Second) // holders died without releasing
+	if d, _ := e.a.Admit(ctx, pxReq("s3", "u", "10.0.0.1")); d.Action != PxAdmit {
+		t.Fatalf("dead holders' leases did not lapse: %s", d.Action)
+	}
+}
+
+func TestAbuseClassifier(t *testing.T) {
+	p := &DefaultPolicy().Abuse
+	cases := []struct {
+		name    string
+		s       AbuseSignals
+		bp      int
+		verdict AbuseVerdict
+	}{
+		{"clean", AbuseSignals{MouseEvents: 500, KeyboardEvents: 100, AvatarMotionSamples: 100, InputEventsPerSecond: 8, InputIntervalJitterMs: 30}, 0, VerdictAllow},
+		{"mouse only", AbuseSignals{MouseEvents: 200}, 2500, VerdictAllow},
+		{"mouse only below sample floor", AbuseSignals{MouseEvents: 199}, 0, VerdictAllow},
+		{"zero inertia", AbuseSignals{MouseEvents: 10, KeyboardEvents: 1, AvatarMotionSamples: 100, ZeroInertiaSamples: 95}, 3000, VerdictAllow},
+		{"zero inertia below ratio", AbuseSignals{KeyboardEvents: 1, AvatarMotionSamples: 100, ZeroInertiaSamples: 94}, 0, VerdictAllow},
+		{"reconnect loop", AbuseSignals{KeyboardEvents: 1, ReconnectsPerMinute: 6, ReconnectIntervalJitterMs: 250}, 3000, VerdictAllow},
+		{"reconnects with human jitter", AbuseSignals{KeyboardEvents: 1, ReconnectsPerMinute: 9, ReconnectIntervalJitterMs: 251}, 0, VerdictAllow},
+		{"cadence too fast", AbuseSignals{KeyboardEvents: 1, InputEventsPerSecond: 41, InputIntervalJitterMs: 50}, 4000, VerdictAllow},
+		{"cadence too regular", AbuseSignals{KeyboardEvents: 1, InputEventsPerSecond: 5, InputIntervalJitterMs: 1.9}, 4000, VerdictAllow},
+		{"review at 7000", AbuseSignals{KeyboardEvents: 1, ReconnectsPerMinute: 10, InputEventsPerSecond: 50}, 7000, VerdictReview},
+		{"review below ban", AbuseSignals{MouseEvents: 300, AvatarMotionSamples: 100, ZeroInertiaSamples: 100, ReconnectsPerMinute: 10}, 8500, VerdictReview},
+		{"ban at 9000", AbuseSignals{KeyboardEvents: 1, AvatarMotionSamples: 100, ZeroInertiaSamples: 100, ReconnectsPerMinute: 10, InputEventsPerSecond: 50}, 10000, VerdictBan},
+		{"capped at 10000", AbuseSignals{MouseEvents: 300, AvatarMotionSamples: 100, ZeroInertiaSamples: 100, ReconnectsPerMinute: 10, InputEventsPerSecond: 50}, 10000, VerdictBan},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := p.ClassifyAbuse(c.s)
+			if got.BasisPoints != c.bp || got.Verdict != c.verdict {
+				t.Fatalf("%+v, want %d %s", got, c.bp, c.verdict)
+			}
+		})
+	}
+}
+
+// TestAbusePrecisionGate fails below the policy's 90 % precision on the
+// labelled sample set.
+func TestAbusePrecisionGate(t *testing.T) {
+	raw, err := os.ReadFile("testdata/abuse_samples.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	var samples []LabelledSample
+	if err := dec.Decode(&samples); err != nil {
+		t.Fatal(err)
+	}
+	if len(samples) < 40 {
+		t.Fatalf("only %d samples", len(samples))
+	}
+	p := &DefaultPolicy().Abuse
+	prec, recall := p.AbusePrecision(samples)
+	t.Logf("precision %d bp, recall %d bp over %d samples", prec, recall, len(samples))
+	if prec < p.MinPrecisionBP {
+		t.Fatalf("precision %d bp below the %d bp gate", prec, p.MinPrecisionBP)
+	}
+}
+
+func TestIdleTracker(t *testing.T) {
+	p := DefaultPolicy().Idle
+	at := func(s int) time.Time { return clock0.Add(time.Duration(s) * time.Second) }
+	type ev struct {
+		sec   int
+		input bool
+		want  IdleAction
+	}
+	cases := []struct {
+		name string
+		evs  []ev
+	}{
+		{"prompt at 90, disconnect at 150", []ev{{89, false, IdleNone}, {90, false, IdlePrompt}, {120, false, IdleNone}, {149, false, IdleNone}, {150, false, IdleDisconnect}, {200, false, IdleNone}}},
+		{"input answers the prompt", []ev{{90, false, IdlePrompt}, {100, true, IdleNone}, {189, false, IdleNone}, {190, false, IdlePrompt}, {250, false, IdleDisconnect}}},
+		{"late prompt: 150 s still wins", []ev{{120, false, IdlePrompt}, {149, false, IdleNone}, {150, false, IdleDisconnect}}},
+		{"prompt grace: 60 s after the prompt", []ev{{30, true, IdleNone}, {120, false, IdlePrompt}, {179, false, IdleNone}, {180, false, IdleDisconnect}}},
+		{"input after disconnect does not revive", []ev{{150, false, IdleDisconnect}, {151, true, IdleNone}, {400, false, IdleNone}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr := NewIdleTracker(p, clock0)
+			for _, e := range c.evs {
+				var got IdleAction
+				if e.input {
+					tr.Input(at(e.sec))
+				} else {
+					got = tr.Tick(at(e.sec))
+				}
+				if got != e.want {
+					t.Fatalf("at %ds: %s, want %s", e.sec, got, e.want)
+				}
+			}
+			if !tr.Disconnected() {
+				t.Fatal("never disconnected")
+			}
+		})
+	}
+	tr := NewIdleTracker(p, clock0)
+	if tr.Next() != at(90) {
+		t.Fatal(tr.Next())
+	}
+	tr.Tick(at(100))
+	if tr.Next() != at(150) {
+		t.Fatal(tr.Next())
+	}
+}

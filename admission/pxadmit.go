@@ -1,0 +1,237 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/oshun/egbe-edge/state"
+)
+
+// PxAction is the outcome of Pixel Streaming admission.
+type PxAction string
+
+// Actions, in the order the checks run. Each maps to one HTTP status
+// (PxDecision.HTTPStatus) so the client reacts precisely.
+const (
+	PxAdmit                PxAction = "admit"                 // 200: lease held, go match
+	PxRejectUserCap        PxAction = "reject-user-cap"       // 409: close one of your sessions
+	PxRejectNetworkCap     PxAction = "reject-network-cap"    // 429: too many sessions behind this network
+	PxRejectBudget         PxAction = "reject-free-budget"    // 402: free-tier minutes used up today
+	PxFallbackWalkUp       PxAction = "fallback-walkup"       // 503: concert walk-up pool full, take the fallback
+	PxFallbackBackpressure PxAction = "fallback-backpressure" // 503: every eligible POP >= 85 %, take the fallback
+)
+
+var pxStatus = map[PxAction]int{
+	PxAdmit: http.StatusOK, PxRejectUserCap: http.StatusConflict, PxRejectNetworkCap: http.StatusTooManyRequests,
+	PxRejectBudget: http.StatusPaymentRequired, PxFallbackWalkUp: http.StatusServiceUnavailable,
+	PxFallbackBackpressure: http.StatusServiceUnavailable,
+}
+
+// UserGrant lifts the per-user cap (verified instructors, editorial).
+type UserGrant struct {
+	MaxSessions int
+	Reason      string
+}
+
+// WalkUp is the state of a concert's walk-up pool.
+type WalkUp struct {
+	Slots int // reserved for walk-ups
+	InUse int
+}
+
+// PxRequest is what the matchmaker knows when it asks for admission.
+type PxRequest struct {
+	SessionID           string     // lease holder
+	Subject             string     // user
+	TenantID            string     //
+	ClientIP            netip.Addr //
+	Paid                bool       // inside a paid booked window: exempt from budget, walk-up and backpressure
+	Grant               *UserGrant // nil: the policy cap
+	InstitutionApproved bool       // approved institution: institutional network cap
+	Concert             *WalkUp    // nil: no concert in progress
+	EligiblePopUtilBP   []int      // utilisation of every eligible POP in range (basis points)
+}
+
+// PxDecision is a typed admission answer.
+type PxDecision struct {
+	Action     PxAction
+	HTTPStatus int
+	Lease      *Lease // non-nil only for PxAdmit
+}
+
+// Lease is a held pair of concurrency leases (user, network).
+type Lease struct {
+	leases state.Leases
+	holder string
+	keys   []string
+	ttl    time.Duration
+	now    func() time.Time
+	once   sync.Once
+}
+
+// Refresh keeps the lease alive; call it well within the lease TTL.
+func (l *Lease) Refresh(ctx context.Context) error {
+	return l.leases.Refresh(ctx, l.holder, l.keys, l.ttl, l.now())
+}
+
+// Release returns the lease (idempotent).
+func (l *Lease) Release(ctx context.Context) error {
+	var err error
+	l.once.Do(func() { err = l.leases.Release(ctx, l.holder, l.keys) })
+	return err
+}
+
+// NetworkKey is the cap key of an address: its /24 (IPv4, also for
+// IPv4-mapped IPv6) or /48 (IPv6) prefix, per the policy's bit counts.
+func NetworkKey(ip netip.Addr, v4Bits, v6Bits int) string {
+	ip = ip.Unmap()
+	bits := v6Bits
+	if ip.Is4() {
+		bits = v4Bits
+	}
+	p, err := ip.Prefix(bits)
+	if err != nil {
+		return "invalid"
+	}
+	return p.String()
+}
+
+// Auditor writes one JSON line per denial, before the answer leaves.
+type Auditor struct {
+	mu  sync.Mutex
+	w   io.Writer // guarded by mu
+	now func() time.Time
+}
+
+// NewAuditor wraps w (nil: io.Discard).
+func NewAuditor(w io.Writer, now func() time.Time) *Auditor {
+	if w == nil {
+		w = io.Discard
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Auditor{w: w, now: now}
+}
+
+// Write records one event.
+func (a *Auditor) Write(event map[string]any) error {
+	event["ts"] = a.now().UTC().Format(time.RFC3339Nano)
+	b, err := json.Marshal(event)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrAudit, err)
+	}
+	b = append(b, '\n')
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, err := a.w.Write(b); err != nil {
+		return fmt.Errorf("%w: %w", ErrAudit, err)
+	}
+	return nil
+}
+
+// Admitter runs Pixel Streaming admission for the matchmaker.
+type Admitter struct {
+	p       *PxstreamPolicy  // immutable after New
+	leases  state.Leases     // immutable after New
+	budgets state.Budgets    // immutable after New
+	audit   *Auditor         // immutable after New
+	now     func() time.Time // immutable after New
+	metrics *Metrics
+}
+
+// NewAdmitter returns an Admitter.
+func NewAdmitter(p *Policy, leases state.Leases, budgets state.Budgets, audit *Auditor, now func() time.Time, m *Metrics) *Admitter {
+	if now == nil {
+		now = time.Now
+	}
+	if audit == nil {
+		audit = NewAuditor(nil, now)
+	}
+	return &Admitter{p: &p.Pxstream, leases: leases, budgets: budgets, audit: audit, now: now, metrics: m}
+}
+
+func (a *Admitter) budgetKey(subject string, now time.Time) string {
+	return "pxfree:" + subject + ":" + now.UTC().Format("2006-01-02")
+}
+
+// Admit runs, in order: per-user cap, per-network cap, free-tier daily
+// budget, concert walk-up reservation, regional backpressure. A denial is
+// audited before it returns; an audit failure is returned alongside the
+// denial. A state error admits nothing.
+func (a *Admitter) Admit(ctx context.Context, req PxRequest) (PxDecision, error) {
+	if req.SessionID == "" || req.Subject == "" || !req.ClientIP.IsValid() {
+		return PxDecision{}, fmt.Errorf("%w: session id, subject and client address are required", ErrBadRequest)
+	}
+	now := a.now()
+	userCap := a.p.UserCap
+	if req.Grant != nil && req.Grant.MaxSessions > userCap {
+		userCap = req.Grant.MaxSessions
+	}
+	netCap := a.p.NetworkCap
+	if req.InstitutionApproved || slices.Contains(a.p.ApprovedInstitutions, req.TenantID) {
+		netCap = a.p.InstitutionNetworkCap
+	}
+	nk := "px:net:" + NetworkKey(req.ClientIP, a.p.IPv4PrefixBits, a.p.IPv6PrefixBits)
+	limits := []state.LeaseLimit{{Key: "px:user:" + req.Subject, Limit: userCap}, {Key: nk, Limit: netCap}}
+	ttl := ms(a.p.LeaseTTLMs)
+	blocked, err := a.leases.Acquire(ctx, req.SessionID, limits, ttl, now)
+	if err != nil {
+		return PxDecision{}, fmt.Errorf("%w: %w", ErrStateUnavailable, err)
+	}
+	deny := func(act PxAction) (PxDecision, error) {
+		d := PxDecision{Action: act, HTTPStatus: pxStatus[act]}
+		a.metrics.refused("pxstream", string(act))
+		err := a.audit.Write(map[string]any{"gate": "pxstream", "action": string(act), "status": d.HTTPStatus,
+			"subject": req.Subject, "tenant": req.TenantID, "network": nk, "session": req.SessionID, "paid": req.Paid})
+		return d, err
+	}
+	switch blocked {
+	case 0:
+		return deny(PxRejectUserCap)
+	case 1:
+		return deny(PxRejectNetworkCap)
+	}
+	keys := []string{limits[0].Key, limits[1].Key}
+	release := func() { _ = a.leases.Release(context.WithoutCancel(ctx), req.SessionID, keys) }
+	if !req.Paid {
+		used, err := a.budgets.Used(ctx, a.budgetKey(req.Subject, now), now)
+		if err != nil {
+			release()
+			return PxDecision{}, fmt.Errorf("%w: %w", ErrStateUnavailable, err)
+		}
+		var act PxAction
+		switch {
+		case used >= a.p.FreeTierDailyMinutes:
+			act = PxRejectBudget
+		case req.Concert != nil && req.Concert.InUse >= req.Concert.Slots:
+			act = PxFallbackWalkUp
+		case len(req.EligiblePopUtilBP) > 0 && !slices.ContainsFunc(req.EligiblePopUtilBP, func(u int) bool { return u < a.p.BackpressureBP }):
+			act = PxFallbackBackpressure
+		}
+		if act != "" {
+			release()
+			return deny(act)
+		}
+	}
+	return PxDecision{Action: PxAdmit, HTTPStatus: http.StatusOK,
+		Lease: &Lease{leases: a.leases, holder: req.SessionID, keys: keys, ttl: ttl, now: a.now}}, nil
+}
+
+// RecordUsage adds streamed minutes to a free-tier user's daily budget
+// and returns the day's total.
+func (a *Admitter) RecordUsage(ctx context.Context, subject string, minutes int64) (int64, error) {
+	now := a.now()
+	n, err := a.budgets.Add(ctx, a.budgetKey(subject, now), minutes, 48*time.Hour, now)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrStateUnavailable, err)
+	}
+	return n, nil
+}

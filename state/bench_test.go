@@ -1,0 +1,80 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oshun/egbe-edge/internal/redistest"
+)
+
+// BenchmarkQueue measures waiting-room operations (a join, then a poll of
+// the same ticket: two atomic scripts) against real Redis and memory,
+// reporting operations/s and p99 latency per operation.
+func BenchmarkQueue(b *testing.B) {
+	srv := redistest.StartServer(b)
+	ctx := context.Background()
+	for _, name := range []string{"memory", "redis"} {
+		for _, par := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/parallel=%d", name, par), func(b *testing.B) {
+				var q Queue
+				if name == "memory" {
+					q = NewMemoryQueue()
+				} else {
+					c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+					b.Cleanup(func() { _ = c.Close() })
+					c.FlushAll(ctx)
+					rq, err := NewRedisQueue(ctx, c, true)
+					if err != nil {
+						b.Fatal(err)
+					}
+					q = rq
+				}
+				r := rates(600, 1200, 186, 372)
+				regions := []string{"us-east-1", "us-west-2", "eu-west-1", "ap-south-1"}
+				var seq atomic.Int64
+				var mu sync.Mutex
+				var lat []time.Duration
+				b.SetParallelism(par)
+				b.ReportAllocs()
+				start := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					local := make([]time.Duration, 0, 1024)
+					for pb.Next() {
+						n := seq.Add(1)
+						t := Ticket{ID: fmt.Sprintf("b%d", n), Region: regions[n%4], Lane: LaneWeb}
+						now := t0.Add(time.Duration(n) * time.Millisecond)
+						s := time.Now()
+						if _, err := q.Join(ctx, t, r, now); err != nil {
+							b.Error(err)
+							return
+						}
+						m := time.Now()
+						if _, err := q.Poll(ctx, t, r, now); err != nil {
+							b.Error(err)
+							return
+						}
+						e := time.Now()
+						local = append(local, m.Sub(s), e.Sub(m))
+					}
+					mu.Lock()
+					lat = append(lat, local...)
+					mu.Unlock()
+				})
+				el := time.Since(start)
+				if len(lat) == 0 {
+					return
+				}
+				slices.Sort(lat)
+				b.ReportMetric(float64(len(lat))/el.Seconds(), "ops/s")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			})
+		}
+	}
+}

@@ -1,0 +1,16 @@
+package state
+
+import "errors"
+
+var (
+	// ErrUnavailable: the backing store (Redis) could not be reached or
+	// answered with an error. Callers fail closed and answer a typed 503.
+	ErrUnavailable = errors.New("state: store unavailable")
+	// ErrStateLost: the waiting-room epoch is missing or does not match the
+	// one this node knows (FLUSHALL, a restart with empty data, a failover
+	// that lost writes). Nothing is admitted until an operator re-arms.
+	ErrStateLost = errors.New("state: waiting-room state lost")
+	// ErrBadArgument: a caller passed an empty key, a negative limit or a
+	// malformed command.
+	ErrBadArgument = errors.New("state: bad argument")
+)
