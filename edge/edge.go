@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/oshun/egbe-edge/auth"
@@ -67,6 +68,8 @@ type Edge struct {
 	// Subsystems and the seams between them.
 	rt         *realtime
 	px         *pxstream
+	adm        *admissionPlane
+	rdb        *redis.Client       // nil without --redis-url
 	pxAdmitter matchmaker.Admitter // nil: admit every match
 	// extraServers are listeners owned by subsystems (Epic ports).
 	extraServers []extraServer

@@ -62,8 +62,13 @@ func (e *Edge) buildPxstream() error {
 		}
 		scfg.PeerConnectionOptions = opts
 	}
+	hooks := mm.Hooks()
+	if e.adm != nil {
+		// Admission's concurrency lease follows the player subscribing and leaving.
+		hooks.Next = e.adm.px
+	}
 	srv, err := signalling.New(scfg, signalling.Deps{
-		Signer: e.signer, Logger: e.logFor("signalling"), Registerer: e.reg, Leases: mm.Hooks(),
+		Signer: e.signer, Logger: e.logFor("signalling"), Registerer: e.reg, Leases: hooks,
 	})
 	if err != nil {
 		return err

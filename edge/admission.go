@@ -1,0 +1,311 @@
+package edge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oshun/egbe-edge/admission"
+	"github.com/oshun/egbe-edge/shard"
+	"github.com/oshun/egbe-edge/signalling/matchmaker"
+	"github.com/oshun/egbe-edge/state"
+)
+
+// admissionPlane holds admission's pieces and the state behind them.
+type admissionPlane struct {
+	policy    *admission.Policy
+	room      *admission.Room
+	handshake *admission.HandshakeAdmitter
+	px        *pxAdmission
+	handlers  *admission.Handlers
+}
+
+// buildAdmission builds state (memory, or Redis with --redis-url), the
+// admitters and the waiting room. It runs before the realtime and Pixel
+// Streaming planes, which consume it through their admitter seams.
+func (e *Edge) buildAdmission() error {
+	policy := admission.DefaultPolicy()
+	if e.cfg.PolicyFile != "" {
+		p, err := admission.LoadPolicy(e.cfg.PolicyFile)
+		if err != nil {
+			return fmt.Errorf("%w: --policy: %w", ErrConfig, err)
+		}
+		policy = p
+	}
+	var (
+		leases  state.Leases
+		budgets state.Budgets
+		queue   state.Queue
+	)
+	if e.cfg.RedisURL != "" {
+		opts, err := redis.ParseURL(e.cfg.RedisURL)
+		if err != nil {
+			return fmt.Errorf("%w: --redis-url: %w", ErrConfig, err)
+		}
+		rdb := redis.NewClient(opts)
+		e.closers = append(e.closers, rdb.Close)
+		e.rdb = rdb
+		leases = state.NewRedisLeases(rdb)
+		budgets = state.NewRedisBudgets(rdb)
+		// Only dev may create a fresh waiting room in an empty Redis: in prod
+		// an empty Redis is lost state and the room fails closed until an
+		// operator re-arms it.
+		q, qerr := state.NewRedisQueue(e.lifetime, rdb, e.cfg.Mode == ModeDev)
+		if qerr != nil {
+			e.log.Warn("waiting-room state unavailable; the room stays closed until Redis answers and an operator re-arms it", "err", qerr)
+		}
+		queue = q
+	} else {
+		leases, budgets, queue = state.NewMemoryLeases(), state.NewMemoryBudgets(), state.NewMemoryQueue()
+	}
+	m, err := admission.NewMetrics(e.reg)
+	if err != nil {
+		return err
+	}
+	audit := admission.NewAuditor(os.Stderr, nil)
+	room, err := admission.NewRoom(policy, admission.RoomDeps{
+		Queue: queue, Signer: e.signer, Utilisation: &fleetView{e: e}, Audit: audit, Metrics: m, Logger: e.logFor("waiting-room"),
+	})
+	if err != nil {
+		return err
+	}
+	resolver := admission.NewResolver(policy, &fleetView{e: e}, nil, m)
+	a := &admissionPlane{
+		policy:    policy,
+		room:      room,
+		handshake: admission.NewHandshakeAdmitter(policy, leases, room, nil, m),
+		px:        newPxAdmission(admission.NewAdmitter(policy, leases, budgets, audit, nil, m), policy),
+		handlers:  &admission.Handlers{Policy: policy, Resolver: resolver, Room: room, Signer: e.signer},
+	}
+	e.admitter = &realtimeAdmission{h: a.handshake, ttl: time.Duration(policy.Realtime.LeaseTTLMs) * time.Millisecond}
+	e.pxAdmitter = a.px
+	e.runners = append(e.runners, a.px.run)
+	e.adm = a
+	return nil
+}
+
+// mountAdmission mounts launch, waitlist and waiting-room routes; the room's
+// guard stands in front of new launches.
+func (e *Edge) mountAdmission() {
+	routes := http.NewServeMux()
+	e.adm.handlers.Register(routes)
+	e.mainMux.Handle("POST /api/v3/lilith/launch", e.adm.room.Guard(routes))
+	e.mainMux.Handle("/api/v3/lilith/waitlist", routes)
+	e.mainMux.Handle("/api/v3/lilith/waitlist/", routes)
+	e.mainMux.Handle("/api/v1/queue/", routes)
+}
+
+// realtimeAdmission adapts the handshake admitter to the shard gateway's
+// seam, keeping the session's leases alive while it lives.
+type realtimeAdmission struct {
+	h   *admission.HandshakeAdmitter
+	ttl time.Duration
+}
+
+var _ shard.Admitter = (*realtimeAdmission)(nil)
+
+func (a *realtimeAdmission) Admit(ctx context.Context, r shard.AdmitRequest) (func(), error) {
+	req := admission.HandshakeRequest{
+		SessionID: newHolderID(), Access: r.Access, ClientIP: addrIP(r.RemoteAddr),
+		ResumeValid: r.Resume, AdmissionTicket: r.Hello.GetAdmissionTicket(),
+	}
+	release, err := a.h.Admit(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(a.ttl/3, time.Second))
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = a.h.Refresh(rctx, req) // a failed refresh lets the lease lapse: fail-safe for caps
+				cancel()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(stop)
+			<-done
+			if release != nil {
+				release()
+			}
+		})
+	}, nil
+}
+
+// pxAdmission adapts Pixel Streaming admission to the matchmaker's seam
+// and keeps each granted lease alive while its match is live.
+type pxAdmission struct {
+	a   *admission.Admitter
+	ttl time.Duration
+
+	mu     sync.Mutex
+	leases map[string]pxLease // guarded by mu: by Pixel Streaming session id
+}
+
+type pxLease struct {
+	lease *admission.Lease
+	until time.Time // the match's expiry; refreshed past it only while streaming
+	live  bool      // a player is subscribed
+}
+
+func newPxAdmission(a *admission.Admitter, p *admission.Policy) *pxAdmission {
+	return &pxAdmission{a: a, ttl: time.Duration(p.Pxstream.LeaseTTLMs) * time.Millisecond, leases: map[string]pxLease{}}
+}
+
+var _ matchmaker.Admitter = (*pxAdmission)(nil)
+
+func (p *pxAdmission) Admit(ctx context.Context, r matchmaker.Request) (matchmaker.Decision, error) {
+	subject := r.Subject
+	if subject == "" {
+		// Anonymous dev requests still count against the network cap.
+		subject = "anon:" + r.SessionID
+	}
+	d, err := p.a.Admit(ctx, admission.PxRequest{SessionID: r.SessionID, Subject: subject, TenantID: r.TenantID,
+		ClientIP: r.RemoteAddr, Paid: r.Entitlement == "paid", EligiblePopUtilBP: r.EligiblePOPUtilBP})
+	if d.Action != "" && d.Action != admission.PxAdmit {
+		return matchmaker.Decision{Refusal: &matchmaker.Refusal{Reason: matchmaker.Reason(d.Action), Status: d.HTTPStatus, Message: "pixel streaming admission: " + string(d.Action)}}, nil
+	}
+	if err != nil {
+		return matchmaker.Decision{}, err
+	}
+	p.mu.Lock()
+	p.leases[r.SessionID] = pxLease{lease: d.Lease, until: time.Now().Add(2 * time.Minute)}
+	p.mu.Unlock()
+	return matchmaker.Decision{Release: func() { p.release(r.SessionID) }}, nil
+}
+
+// OnPlayerSubscribed, OnPlayerLeft and CheckOffer follow the broker so a
+// streaming session's admission lease lives exactly as long as it streams.
+func (p *pxAdmission) OnPlayerSubscribed(sessionID, _ string) { p.setLive(sessionID, true) }
+func (p *pxAdmission) OnPlayerLeft(sessionID string)          { p.setLive(sessionID, false) }
+func (p *pxAdmission) CheckOffer(string, string) error        { return nil }
+
+func (p *pxAdmission) setLive(sid string, live bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l, ok := p.leases[sid]; ok {
+		l.live = live
+		if !live {
+			// A reconnecting frontend has the broker's lease grace to come back.
+			l.until = time.Now().Add(30 * time.Second)
+		}
+		p.leases[sid] = l
+	}
+}
+
+func (p *pxAdmission) release(sid string) {
+	p.mu.Lock()
+	l, ok := p.leases[sid]
+	delete(p.leases, sid)
+	p.mu.Unlock()
+	if ok && l.lease != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = l.lease.Release(ctx)
+		cancel()
+	}
+}
+
+// run refreshes live leases and releases the rest.
+func (p *pxAdmission) run(ctx context.Context) error {
+	t := time.NewTicker(max(p.ttl/3, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			p.mu.Lock()
+			var refresh []*admission.Lease
+			var expired []string
+			for sid, l := range p.leases {
+				if l.live || now.Before(l.until) {
+					refresh = append(refresh, l.lease)
+				} else {
+					expired = append(expired, sid)
+				}
+			}
+			p.mu.Unlock()
+			for _, l := range refresh {
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_ = l.Refresh(rctx)
+				cancel()
+			}
+			for _, sid := range expired {
+				p.release(sid)
+			}
+		}
+	}
+}
+
+// fleetView reads the live Pixel Streaming fleet for admission: launch
+// candidates per client region and utilisation per POP.
+type fleetView struct{ e *Edge }
+
+func (f *fleetView) PopCandidates(_ context.Context, clientRegion string) ([]admission.PopCandidate, error) {
+	if f.e.px == nil {
+		return nil, nil
+	}
+	topo := f.e.px.mm.Topology()
+	byID := map[string]matchmaker.DashboardPOP{}
+	for _, row := range f.e.px.mm.Dashboard().POPs {
+		byID[row.ID] = row
+	}
+	var out []admission.PopCandidate
+	for _, pop := range topo.POPs {
+		rtt, known := pop.RTTMs[clientRegion]
+		if !known {
+			continue
+		}
+		row := byID[pop.ID]
+		out = append(out, admission.PopCandidate{PopID: pop.ID, RTTMs: float64(rtt), AvailableWorkers: row.Streamers["idle"],
+			ProgrammingPriority: pop.Priority, Codecs: pop.Codecs})
+	}
+	return out, nil
+}
+
+func (f *fleetView) RegionUtilisationBP(popRegion string) (int, bool) {
+	if f.e.px == nil {
+		return 0, false
+	}
+	for _, row := range f.e.px.mm.Dashboard().POPs {
+		if row.ID == popRegion {
+			return row.UtilisationBP, true
+		}
+	}
+	return 0, false
+}
+
+func newHolderID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "h_" + hex.EncodeToString(b[:])
+}
+
+func addrIP(a net.Addr) netip.Addr {
+	if a == nil {
+		return netip.Addr{}
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
