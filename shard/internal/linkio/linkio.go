@@ -1,0 +1,158 @@
+// Package linkio holds what both ends of a shard link share: the ALPN, the
+// frame reader and writer, and a dev TLS certificate.
+package linkio
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/oshun/egbe-edge/codec"
+)
+
+// ALPN is the TLS application protocol of a shard link.
+const ALPN = "egbe-link/1"
+
+// Version is LinkHello.version / LinkShardHello.version.
+const Version = 1
+
+// MaxFrameSize bounds one link frame. A 2,000-entity snapshot is ~60 KiB; the
+// limit leaves room for larger instances while bounding what one bad frame can
+// make a reader allocate.
+const MaxFrameSize = 1 << 20
+
+// QUIC application and stream error codes used on a link.
+const (
+	CodeNone      = 0x0
+	CodeShutdown  = 0x1 // the peer is shutting down
+	CodeHeartbeat = 0x2 // heartbeats stopped
+	CodeProtocol  = 0x3 // a malformed frame
+	CodeAuth      = 0x4 // the link token is missing or wrong
+)
+
+// ErrBadFrame: a link frame did not decode.
+var ErrBadFrame = errors.New("linkio: malformed link frame")
+
+// Reader reads length-prefixed frames from one stream. Owned by one goroutine.
+type Reader struct {
+	r   *bufio.Reader
+	buf []byte
+}
+
+// NewReader wraps r.
+func NewReader(r io.Reader) *Reader { return &Reader{r: bufio.NewReaderSize(r, 16<<10)} }
+
+func (r *Reader) next() ([]byte, error) {
+	b, err := codec.ReadFrame(r.r, r.buf, MaxFrameSize)
+	if err != nil {
+		return nil, err
+	}
+	if cap(b) > cap(r.buf) {
+		r.buf = b[:0]
+	}
+	return b, nil
+}
+
+// ReadEdge reads one edge -> shard frame into f.
+func (r *Reader) ReadEdge(f *codec.LinkEdgeFrame) error {
+	b, err := r.next()
+	if err != nil {
+		return err
+	}
+	return DecodeEdge(b, f)
+}
+
+// ReadShard reads one shard -> edge frame into f.
+func (r *Reader) ReadShard(f *codec.LinkShardFrame) error {
+	b, err := r.next()
+	if err != nil {
+		return err
+	}
+	return DecodeShard(b, f)
+}
+
+// DecodeEdge decodes one edge -> shard frame body.
+func DecodeEdge(b []byte, f *codec.LinkEdgeFrame) error {
+	if len(b) > MaxFrameSize {
+		return fmt.Errorf("%w: %d bytes", codec.ErrFrameTooLarge, len(b))
+	}
+	if err := proto.Unmarshal(b, f); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadFrame, err)
+	}
+	if f.Msg == nil {
+		return fmt.Errorf("%w: empty frame", ErrBadFrame)
+	}
+	return nil
+}
+
+// DecodeShard decodes one shard -> edge frame body.
+func DecodeShard(b []byte, f *codec.LinkShardFrame) error {
+	if len(b) > MaxFrameSize {
+		return fmt.Errorf("%w: %d bytes", codec.ErrFrameTooLarge, len(b))
+	}
+	if err := proto.Unmarshal(b, f); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadFrame, err)
+	}
+	if f.Msg == nil {
+		return fmt.Errorf("%w: empty frame", ErrBadFrame)
+	}
+	return nil
+}
+
+// AppendFrame appends m, length-prefixed, to dst.
+func AppendFrame(dst []byte, m proto.Message) ([]byte, error) {
+	body, err := proto.MarshalOptions{}.MarshalAppend(nil, m)
+	if err != nil {
+		return dst, fmt.Errorf("linkio: marshal: %w", err)
+	}
+	if len(body) > MaxFrameSize {
+		return dst, fmt.Errorf("%w: %d bytes", codec.ErrFrameTooLarge, len(body))
+	}
+	return codec.AppendFrame(dst, body), nil
+}
+
+// Frame returns m as one length-prefixed frame.
+func Frame(m proto.Message) ([]byte, error) { return AppendFrame(nil, m) }
+
+// SelfSigned returns a server TLS config with a fresh ECDSA P-256 certificate
+// for ALPN, valid for validity.
+func SelfSigned(validity time.Duration) (*tls.Config, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("linkio: key: %w", err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return nil, fmt.Errorf("linkio: serial: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "egbe-shard"},
+		DNSNames:     []string{"localhost", "egbe-shard"},
+		NotBefore:    now.Add(-time.Minute),
+		NotAfter:     now.Add(validity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("linkio: certificate: %w", err)
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		NextProtos:   []string{ALPN},
+		MinVersion:   tls.VersionTLS13,
+	}, nil
+}

@@ -1,0 +1,357 @@
+package shard
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/shard/internal/linkio"
+)
+
+// link is the edge's one QUIC connection to one shard, redialled with
+// jittered backoff for as long as the gateway runs.
+type link struct {
+	g    *Gateway     // immutable
+	id   string       // immutable: shard id
+	addr string       // immutable
+	log  *slog.Logger // immutable
+
+	subNotify chan struct{} // cap 1: the subscription set changed
+
+	mu       sync.Mutex
+	conn     *quic.Conn                       // guarded by mu; nil while down
+	upCh     chan struct{}                    // guarded by mu; closed when conn is set
+	sessions map[string]map[*session]struct{} // instance -> sessions; guarded by mu
+
+	rttNanos atomic.Int64
+	lastSeen atomic.Int64 // unix nanos of the last control frame (any frame proves the link alive)
+}
+
+func newLink(g *Gateway, id, addr string) *link {
+	return &link{
+		g: g, id: id, addr: addr, log: g.log.With("shard", id),
+		subNotify: make(chan struct{}, 1),
+		upCh:      make(chan struct{}),
+		sessions:  map[string]map[*session]struct{}{},
+	}
+}
+
+func (l *link) up() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conn != nil
+}
+
+// run dials and serves the link until ctx is done.
+func (l *link) run(ctx context.Context) {
+	backoff := l.g.cfg.ReconnectMin
+	for ctx.Err() == nil {
+		conn, err := l.dial(ctx)
+		if err != nil {
+			l.g.m.linkConnects.WithLabelValues(l.id, "error").Inc()
+			l.log.Debug("link dial failed", "err", err)
+		} else {
+			l.g.m.linkConnects.WithLabelValues(l.id, "ok").Inc()
+			if l.serve(ctx, conn) {
+				backoff = l.g.cfg.ReconnectMin // it was up: start the backoff over
+			}
+		}
+		// Full jitter: sleep uniformly in [backoff/2, backoff].
+		d := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, l.g.cfg.ReconnectMax)
+	}
+}
+
+func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	tlsConf := &tls.Config{NextProtos: []string{linkio.ALPN}, InsecureSkipVerify: l.g.cfg.LinkInsecure, ServerName: "egbe-shard", MinVersion: tls.VersionTLS13} //nolint:gosec // shards present self-signed certs in dev (Config.LinkInsecure)
+	return quic.DialAddr(dctx, l.addr, tlsConf, &quic.Config{
+		MaxIdleTimeout:        l.g.cfg.HeartbeatTimeout + l.g.cfg.HeartbeatInterval,
+		KeepAlivePeriod:       l.g.cfg.HeartbeatInterval,
+		MaxIncomingStreams:    -1,
+		MaxIncomingUniStreams: -1,
+	})
+}
+
+// serve runs one connection: hello, then the control stream, until it dies.
+// It reports whether the link came up.
+func (l *link) serve(ctx context.Context, conn *quic.Conn) bool {
+	defer conn.CloseWithError(linkio.CodeNone, "")
+	st, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		return false
+	}
+	hello, _ := linkio.Frame(&codec.LinkEdgeFrame{Msg: &codec.LinkEdgeFrame_Hello{Hello: &codec.LinkHello{Version: linkio.Version, EdgeId: l.g.cfg.EdgeID, Token: l.g.cfg.LinkToken}}})
+	if _, err := st.Write(hello); err != nil {
+		return false
+	}
+	r := linkio.NewReader(st)
+	_ = st.SetReadDeadline(time.Now().Add(l.g.cfg.HeartbeatTimeout + time.Second))
+	var f codec.LinkShardFrame
+	if err := r.ReadShard(&f); err != nil {
+		l.log.Warn("link hello failed", "err", err)
+		return false
+	}
+	sh := f.GetHello()
+	if sh == nil || sh.Version != linkio.Version {
+		l.log.Warn("link hello refused", "err", ErrProtocol)
+		_ = conn.CloseWithError(linkio.CodeProtocol, "bad hello")
+		return false
+	}
+	_ = st.SetReadDeadline(time.Time{})
+	l.g.dir.Register(l.id, sh.Instances, int(sh.Capacity), int(sh.Sessions))
+	l.lastSeen.Store(time.Now().UnixNano())
+
+	l.mu.Lock()
+	l.conn = conn
+	close(l.upCh)
+	l.mu.Unlock()
+	l.g.dir.SetHealth(l.id, true)
+	l.g.m.linkUp.WithLabelValues(l.id).Set(1)
+	l.log.Info("link up", "addr", l.addr, "instances", sh.Instances)
+	select {
+	case l.subNotify <- struct{}{}:
+	default:
+	}
+
+	defer func() {
+		l.mu.Lock()
+		l.conn = nil
+		l.upCh = make(chan struct{})
+		l.mu.Unlock()
+		l.g.dir.SetHealth(l.id, false)
+		l.g.m.linkUp.WithLabelValues(l.id).Set(0)
+		l.log.Warn("link down")
+	}()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Add(2)
+	go func() { defer wg.Done(); l.writeLoop(cctx, conn, st) }()
+	go func() { defer wg.Done(); <-cctx.Done(); st.CancelRead(linkio.CodeNone) }() // unblocks the reader below
+	l.readLoop(conn, r)
+	return true
+}
+
+// writeLoop is the control stream's only writer: heartbeats and the
+// instance subscription.
+func (l *link) writeLoop(ctx context.Context, conn *quic.Conn, st *quic.Stream) {
+	t := time.NewTicker(l.g.cfg.HeartbeatInterval)
+	defer t.Stop()
+	var nonce uint64
+	write := func(b []byte) bool {
+		if _, err := st.Write(b); err != nil {
+			_ = conn.CloseWithError(linkio.CodeProtocol, "control write failed")
+			return false
+		}
+		return true
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.subNotify:
+			if !write(l.subscription()) {
+				return
+			}
+		case now := <-t.C:
+			if age := now.UnixNano() - l.lastSeen.Load(); age > int64(l.g.cfg.HeartbeatTimeout) {
+				l.log.Warn("link heartbeat lost", "since", time.Duration(age))
+				_ = conn.CloseWithError(linkio.CodeHeartbeat, "heartbeat timeout")
+				return
+			}
+			nonce++
+			ping, _ := linkio.Frame(&codec.LinkEdgeFrame{Msg: &codec.LinkEdgeFrame_Ping{Ping: &codec.LinkPing{Nonce: nonce, EdgeTimeNs: now.UnixNano()}}})
+			if !write(ping) {
+				return
+			}
+		}
+	}
+}
+
+func (l *link) subscription() []byte {
+	l.mu.Lock()
+	ids := make([]string, 0, len(l.sessions))
+	for id, set := range l.sessions {
+		if len(set) > 0 {
+			ids = append(ids, id)
+		}
+	}
+	l.mu.Unlock()
+	slices.Sort(ids)
+	b, _ := linkio.Frame(&codec.LinkEdgeFrame{Msg: &codec.LinkEdgeFrame_Subscribe{Subscribe: &codec.LinkSubscribe{InstanceIds: ids}}})
+	return b
+}
+
+// readLoop reads the control stream: snapshots (fanned out), instance
+// events, pongs. It returns when the stream or connection ends.
+func (l *link) readLoop(conn *quic.Conn, r *linkio.Reader) {
+	for {
+		var f codec.LinkShardFrame
+		if err := r.ReadShard(&f); err != nil {
+			if errors.Is(err, linkio.ErrBadFrame) {
+				_ = conn.CloseWithError(linkio.CodeProtocol, "bad control frame")
+			}
+			return
+		}
+		l.lastSeen.Store(time.Now().UnixNano())
+		switch m := f.Msg.(type) {
+		case *codec.LinkShardFrame_Snapshot:
+			w := new(codec.World)
+			w.FromSnapshot(m.Snapshot)
+			l.fanout(w)
+		case *codec.LinkShardFrame_Event:
+			l.event(m.Event)
+		case *codec.LinkShardFrame_Pong:
+			now := time.Now().UnixNano()
+			rtt := time.Duration(now - m.Pong.EdgeTimeNs)
+			l.rttNanos.Store(int64(rtt))
+			l.g.m.linkRTT.WithLabelValues(l.id).Set(rtt.Seconds())
+		case *codec.LinkShardFrame_Hello:
+			l.g.dir.Register(l.id, m.Hello.Instances, int(m.Hello.Capacity), int(m.Hello.Sessions))
+		}
+	}
+}
+
+// fanout hands an instance snapshot to every session of the instance; each
+// session's writer projects it (latest wins).
+func (l *link) fanout(w *codec.World) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for s := range l.sessions[w.InstanceID] {
+		s.offerWorld(w)
+	}
+}
+
+func (l *link) event(ev *codec.LinkInstanceEvent) {
+	if ev.GetEvent() == nil {
+		return
+	}
+	env := &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Event{Event: ev.Event}}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for s := range l.sessions[ev.InstanceId] {
+		if s.events {
+			s.tryEnqueue(env, dropEventQueue)
+		}
+	}
+}
+
+func (l *link) attach(s *session) {
+	l.mu.Lock()
+	set := l.sessions[s.instance]
+	if set == nil {
+		set = map[*session]struct{}{}
+		l.sessions[s.instance] = set
+	}
+	set[s] = struct{}{}
+	changed := len(set) == 1
+	l.mu.Unlock()
+	if changed {
+		select {
+		case l.subNotify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (l *link) detach(s *session) {
+	l.mu.Lock()
+	set := l.sessions[s.instance]
+	delete(set, s)
+	changed := len(set) == 0
+	if changed {
+		delete(l.sessions, s.instance)
+	}
+	l.mu.Unlock()
+	if changed {
+		select {
+		case l.subNotify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// openSession opens the session's stream on the link and waits for the
+// shard's answer. A link that is down is given until ctx (bounded by
+// linkWait) to come up.
+func (l *link) openSession(ctx context.Context, open *codec.LinkSessionOpen) (*quic.Stream, *linkio.Reader, *codec.LinkSessionOpened, error) {
+	l.mu.Lock()
+	conn, upCh := l.conn, l.upCh
+	l.mu.Unlock()
+	if conn == nil {
+		t := time.NewTimer(linkWait)
+		defer t.Stop()
+		select {
+		case <-upCh:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		l.mu.Lock()
+		conn = l.conn
+		l.mu.Unlock()
+		if conn == nil {
+			return nil, nil, nil, fmt.Errorf("%w: %s", ErrLinkDown, l.id)
+		}
+	}
+	st, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: %s: open stream: %w", ErrLinkDown, l.id, err)
+	}
+	fail := func(err error) (*quic.Stream, *linkio.Reader, *codec.LinkSessionOpened, error) {
+		st.CancelRead(linkio.CodeNone)
+		st.CancelWrite(linkio.CodeNone)
+		return nil, nil, nil, err
+	}
+	b, err := linkio.Frame(&codec.LinkEdgeFrame{Msg: &codec.LinkEdgeFrame_Open{Open: open}})
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := st.Write(b); err != nil {
+		return fail(fmt.Errorf("%w: %s: %w", ErrLinkDown, l.id, err))
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = st.SetReadDeadline(dl)
+	}
+	r := linkio.NewReader(st)
+	var f codec.LinkShardFrame
+	if err := r.ReadShard(&f); err != nil {
+		return fail(fmt.Errorf("%w: %s: %w", ErrLinkDown, l.id, err))
+	}
+	_ = st.SetReadDeadline(time.Time{})
+	switch m := f.Msg.(type) {
+	case *codec.LinkShardFrame_Opened:
+		return st, r, m.Opened, nil
+	case *codec.LinkShardFrame_Error:
+		code := codec.Code(m.Error.Code)
+		if !code.Valid() {
+			code = codec.CodeInternal
+		}
+		return fail(&codec.WireError{Code: code, Message: m.Error.Message})
+	default:
+		return fail(fmt.Errorf("%w: %s: first session frame %T", ErrProtocol, l.id, f.Msg))
+	}
+}
+
+// linkWait bounds how long a handshake waits for a link that is down.
+const linkWait = 2 * time.Second
