@@ -24,7 +24,10 @@ type EchoOptions struct {
 	Rate        float64       // messages per second per session (echo)
 	Duration    time.Duration // measured phase (echo)
 	DialWorkers int           // concurrent dials while connecting
-	Instance    string
+	// Instance is one instance id, or a comma-separated list that sessions
+	// are spread over round-robin (small worlds keep the world fan-out out
+	// of a messaging measurement).
+	Instance string
 }
 
 // EchoReport is what connect and echo measure.
@@ -78,6 +81,7 @@ type sentTimes struct {
 // RunEcho runs the connect scenario, then (when opts.Duration > 0) the echo
 // scenario on the same sessions, against an edge.
 func RunEcho(ctx context.Context, t *Target, opts EchoOptions) (EchoReport, error) {
+	instances := strings.Split(opts.Instance, ",")
 	dial := func(ctx context.Context, i int) (*echoSession, time.Duration, error) {
 		tok, err := t.Token(fmt.Sprintf("bench-%d", i))
 		if err != nil {
@@ -88,7 +92,7 @@ func RunEcho(ctx context.Context, t *Target, opts EchoOptions) (EchoReport, erro
 		if err != nil {
 			return nil, 0, err
 		}
-		if _, err := c.Hello(ctx, &codec.ClientHello{AccessToken: tok, InstanceId: opts.Instance, AuthorityKind: codec.AuthorityKind_UE_CLIENT,
+		if _, err := c.Hello(ctx, &codec.ClientHello{AccessToken: tok, InstanceId: instances[i%len(instances)], AuthorityKind: codec.AuthorityKind_UE_CLIENT,
 			ProtocolVersion: codec.ProtocolVersion, Capabilities: []string{"action-acks"}}); err != nil {
 			c.Close()
 			return nil, 0, err

@@ -49,9 +49,6 @@ func runNode(t *testing.T, script string, timeout time.Duration, out any, args .
 // completes a session over each transport, WebTransport included (pinned
 // with serverCertificateHashes), receiving pongs and world updates.
 func TestDemoPageEveryTransport(t *testing.T) {
-	if testing.Short() {
-		t.Skip("browser test; runs in the full suite")
-	}
 	te := startEdge(t, nil)
 	var results map[string]struct {
 		OK        bool            `json:"ok"`
@@ -75,6 +72,26 @@ func TestDemoPageEveryTransport(t *testing.T) {
 		}
 		if !r.OK || r.Transport != k || r.SessionID == "" || r.ShardID != DevShardName || r.InView == 0 {
 			t.Errorf("%s: session not established: %+v", k, r)
+		}
+	}
+}
+
+// TestDemoVoiceTwoTabs: two demo tabs join voice in one squad with fake
+// microphones and each receives the other's audio through the SFU.
+func TestDemoVoiceTwoTabs(t *testing.T) {
+	te := startEdge(t, nil)
+	var results map[string]struct {
+		OK             bool     `json:"ok"`
+		State          string   `json:"state"`
+		InboundPackets int      `json:"inboundPackets"`
+		Error          string   `json:"error"`
+		Log            []string `json:"log"`
+		Console        []string `json:"console"`
+	}
+	runNode(t, "voice.mjs", 120*time.Second, &results, te.httpURL(""))
+	for _, tab := range []string{"a", "b"} {
+		if r := results[tab]; !r.OK {
+			t.Errorf("tab %s did not hear the other: %+v", tab, r)
 		}
 	}
 }

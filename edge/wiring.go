@@ -18,7 +18,12 @@ func (e *Edge) buildSubsystems() error {
 	if err := e.buildAdmission(); err != nil {
 		return err
 	}
+	bridge := &voiceBridge{}
+	e.voiceHooks = bridge
 	if err := e.buildRealtime(e.lifetime); err != nil {
+		return err
+	}
+	if err := e.buildVoice(bridge); err != nil {
 		return err
 	}
 	if err := e.buildPxstream(); err != nil {

@@ -176,6 +176,7 @@ function onMessage(env) {
     if (h.acceptance === 3 || h.acceptance === 'REJECTED') { setState('rejected'); return; }
     setState('connected');
     log('hello', h);
+    if (params.get('squad')) conn?.send({ voice: { joinSquad: params.get('squad') } });
   } else if (env.snapshot) {
     count('snapshot');
     const m = new Map();
@@ -211,6 +212,7 @@ async function connect() {
   setState('negotiating');
   try {
     const [token, neg] = await Promise.all([devToken(), negotiate()]);
+    egbe.accessToken = token;
     egbe.fallbackChain = neg.fallbackChain;
     const forced = $('transport').value || params.get('transport');
     const candidates = neg.transports.filter((t) => !forced || t.kind === forced);
@@ -268,4 +270,11 @@ $('connect').onclick = connect;
 $('disconnect').onclick = () => { disconnect(); setState('idle'); };
 $('voice').onclick = () => import('./voice.js').then((v) => v.joinVoice(egbe, log)).catch((e) => log('voice:', String(e)));
 if (params.get('transport')) $('transport').value = params.get('transport');
-if (params.get('auto') === '1') connect();
+if (params.get('auto') === '1') connect().then(() => {
+  if (params.get('voice') === '1') {
+    const tryJoin = () => (egbe.state === 'connected'
+      ? import('./voice.js').then((v) => v.joinVoice(egbe, log)).catch((e) => { egbe.voice.error = String(e); log('voice:', String(e)); })
+      : setTimeout(tryJoin, 100));
+    tryJoin();
+  }
+});

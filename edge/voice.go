@@ -1,0 +1,63 @@
+package edge
+
+import (
+	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/sfu"
+	"github.com/oshun/egbe-edge/shard"
+)
+
+// voiceBridge carries realtime-session events to the SFU. The gateway is
+// built before the SFU (the SFU looks sessions up in it), so the bridge is
+// handed to the gateway first and pointed at the SFU once it exists.
+type voiceBridge struct{ s *sfu.SFU }
+
+var _ shard.VoiceHooks = (*voiceBridge)(nil)
+
+func (b *voiceBridge) OnPresence(sessionID string, x, y, z int32) {
+	if b.s != nil {
+		b.s.UpdatePosition(sessionID, x, y, z)
+	}
+}
+
+func (b *voiceBridge) OnControl(sessionID string, c *codec.VoiceControl) error {
+	if b.s == nil {
+		return nil
+	}
+	return b.s.Control(sessionID, c)
+}
+
+func (b *voiceBridge) OnClose(sessionID string) {
+	if b.s != nil {
+		b.s.SessionClosed(sessionID)
+	}
+}
+
+// voiceSessions lets the SFU look up live realtime sessions.
+type voiceSessions struct{ gw *shard.Gateway }
+
+func (v voiceSessions) VoiceSession(id string) (sfu.SessionInfo, bool) {
+	s, ok := v.gw.Session(id)
+	if !ok {
+		return sfu.SessionInfo{}, false
+	}
+	return sfu.SessionInfo{Subject: s.Subject, InstanceID: s.InstanceID, EntityID: s.EntityID, Region: s.Access.Region}, true
+}
+
+// buildVoice builds the SFU on the shared ICE port and connects it to the
+// realtime gateway both ways.
+func (e *Edge) buildVoice(bridge *voiceBridge) error {
+	cfg := sfu.Default()
+	cfg.Slots = e.cfg.VoiceSlots
+	s, err := sfu.New(cfg, sfu.Deps{
+		Port: e.ice, Signer: e.signer, Sessions: voiceSessions{e.rt.gw}, Notifier: e.rt.gw,
+		Logger: e.logFor("sfu"), Registerer: e.reg,
+	})
+	if err != nil {
+		return err
+	}
+	bridge.s = s
+	e.mainMux.Handle("/v6/voice/", s.Handler())
+	e.runners = append(e.runners, s.Run)
+	e.closers = append(e.closers, s.Close)
+	return nil
+}

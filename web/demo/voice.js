@@ -1,0 +1,50 @@
+// Voice for the demo page: one RTCPeerConnection to the edge's SFU, the
+// microphone on a sendrecv audio m-line (slot 0) plus recvonly slots, every
+// slot played through an <audio> element. egbe.voice exposes the state and
+// inbound audio packet counts for the browser tests.
+const SLOTS = 4;
+
+export async function joinVoice(egbe, log) {
+  if (!egbe.sessionId) throw new Error('connect a realtime session first');
+  if (egbe.voice.pc) return;
+  egbe.voice.state = 'joining';
+  const pc = new RTCPeerConnection();
+  egbe.voice.pc = pc;
+  const mic = await navigator.mediaDevices.getUserMedia({ audio: true });
+  pc.addTrack(mic.getAudioTracks()[0], mic);
+  for (let i = 1; i < SLOTS; i++) pc.addTransceiver('audio', { direction: 'recvonly' });
+  pc.ontrack = (e) => {
+    const a = new Audio();
+    a.autoplay = true;
+    a.srcObject = new MediaStream([e.track]);
+    a.play().catch(() => {});
+    document.body.appendChild(a);
+  };
+  await pc.setLocalDescription(await pc.createOffer());
+  await new Promise((res) => {
+    if (pc.iceGatheringState === 'complete') return res();
+    pc.onicegatheringstatechange = () => pc.iceGatheringState === 'complete' && res();
+    setTimeout(res, 2000);
+  });
+  const r = await fetch('/v6/voice/session', {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + egbe.accessToken },
+    body: JSON.stringify({ session_id: egbe.sessionId, sdp: pc.localDescription.sdp }),
+  });
+  const body = await r.json();
+  if (!r.ok) {
+    egbe.voice.state = 'failed';
+    throw new Error(`voice join: ${body.code}: ${body.message}`);
+  }
+  egbe.voice.peerId = body.voice_peer_id;
+  await pc.setRemoteDescription({ type: 'answer', sdp: body.sdp });
+  egbe.voice.state = 'joined';
+  document.getElementById('voicestate').textContent = 'joined (' + body.voice_peer_id + ')';
+  log('voice joined', body.voice_peer_id);
+  setInterval(async () => {
+    let packets = 0;
+    (await pc.getStats()).forEach((s) => { if (s.type === 'inbound-rtp' && s.kind === 'audio') packets += s.packetsReceived || 0; });
+    egbe.voice.inboundPackets = packets;
+    document.getElementById('voicestate').textContent = `joined, ${packets} audio packets in`;
+  }, 500);
+}
