@@ -11,6 +11,7 @@ import (
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/shard"
 	"github.com/oshun/egbe-edge/shard/shardsim"
+	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/transport"
 )
 
@@ -106,8 +107,14 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 		}
 	}
 
+	var pins shard.PinStore // nil: the gateway's in-memory pins
+	if e.rdb != nil {
+		// Shared pins let a client whose edge died resume on any other edge.
+		pins = shard.NewStatePins(state.NewRedisKV(e.rdb, "egbe:pin:"), scfg.PinTTL)
+	}
 	gw, err := shard.NewGateway(scfg, shard.Deps{
 		Signer:        e.signer,
+		Pins:          pins,
 		Admit:         e.admitter,
 		Voice:         e.voiceHooks,
 		FallbackChain: func() []string { return chain },

@@ -1,0 +1,73 @@
+package shard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oshun/egbe-edge/state"
+)
+
+// StatePins is a PinStore over a state.KV: with the Redis KV, every edge of
+// a fleet sees every pin, so a client whose edge died resumes on another.
+type StatePins struct {
+	kv state.KV
+	// connectedTTL bounds a connected pin in the store: the owning edge
+	// refreshes it while the session lives, so a pin whose edge died lapses
+	// on its own.
+	connectedTTL time.Duration
+}
+
+var _ PinStore = (*StatePins)(nil)
+
+// NewStatePins stores pins in kv. connectedTTL must exceed the gateway's
+// pin refresh interval (use PinTTL).
+func NewStatePins(kv state.KV, connectedTTL time.Duration) *StatePins {
+	return &StatePins{kv: kv, connectedTTL: connectedTTL}
+}
+
+// storedPin is a Pin's stored form.
+type storedPin struct {
+	Shard    string    `json:"shard"`
+	Instance string    `json:"inst"`
+	Subject  string    `json:"sub"`
+	Entity   uint32    `json:"ent,omitempty"`
+	Expires  time.Time `json:"exp,omitzero"`
+}
+
+// Put implements PinStore.
+func (p *StatePins) Put(ctx context.Context, pin Pin) error {
+	ttl := p.connectedTTL
+	if !pin.ExpiresAt.IsZero() {
+		ttl = time.Until(pin.ExpiresAt)
+		if ttl <= 0 {
+			ttl = time.Millisecond
+		}
+	}
+	b, err := json.Marshal(storedPin{Shard: pin.ShardID, Instance: pin.InstanceID, Subject: pin.Subject, Entity: pin.EntityID, Expires: pin.ExpiresAt})
+	if err != nil {
+		return err
+	}
+	return p.kv.Put(ctx, pin.SessionID, b, ttl)
+}
+
+// Get implements PinStore.
+func (p *StatePins) Get(ctx context.Context, sessionID string, now time.Time) (Pin, error) {
+	b, err := p.kv.Get(ctx, sessionID)
+	if errors.Is(err, state.ErrNotFound) {
+		return Pin{}, ErrPinNotFound
+	}
+	if err != nil {
+		return Pin{}, err
+	}
+	var s storedPin
+	if err := json.Unmarshal(b, &s); err != nil {
+		return Pin{}, fmt.Errorf("shard: stored pin of %s: %w", sessionID, err)
+	}
+	if !s.Expires.IsZero() && !now.Before(s.Expires) {
+		return Pin{}, ErrPinNotFound
+	}
+	return Pin{SessionID: sessionID, ShardID: s.Shard, InstanceID: s.Instance, Subject: s.Subject, EntityID: s.Entity, ExpiresAt: s.Expires}, nil
+}
