@@ -95,3 +95,40 @@ func TestDemoVoiceTwoTabs(t *testing.T) {
 		}
 	}
 }
+
+// TestOpsPageRendersCharts: the operator page draws its charts from live
+// metrics in headless Chromium; the screenshot goes to artifacts/.
+func TestOpsPageRendersCharts(t *testing.T) {
+	te := startEdge(t, func(c *Config) { c.DevStreamers = 1 })
+	// Some traffic so the charts have something to show.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := te.dial(t, "websocket", false)
+	if _, err := c.Hello(ctx, helloFor(te.devToken(t, "operator-watch"))); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := filepath.Abs(filepath.Join("..", "artifacts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shot := filepath.Join(dir, "ops-dashboard.png")
+	var r struct {
+		OK       bool            `json:"ok"`
+		Polls    int             `json:"polls"`
+		Charts   int             `json:"charts"`
+		WithData int             `json:"withData"`
+		Detail   json.RawMessage `json:"detail"`
+		Errors   []string        `json:"errors"`
+	}
+	runNode(t, "ops.mjs", 90*time.Second, &r, "http://"+te.addrs.Admin, shot)
+	if !r.OK {
+		t.Fatalf("operator page: %+v %s", r, r.Detail)
+	}
+	if st, err := os.Stat(shot); err != nil || st.Size() < 10_000 {
+		t.Fatalf("screenshot %s: %v", shot, err)
+	}
+	t.Logf("operator page: %d charts, %d with data; screenshot %s", r.Charts, r.WithData, shot)
+}

@@ -33,8 +33,8 @@ function familyPoints(snap, chart) {
       const k = fam + '|' + JSON.stringify(s.labels);
       let v = s.value;
       if (chart.rate) {
-        const p = prev && prev.values[k];
-        if (p === undefined) continue;
+        const p = prev ? prev.values[k] : undefined;
+        if (p === undefined) continue; // a rate needs two samples
         v = Math.max(0, (s.value - p) / ((snap.ts - prev.ts) / 1000));
       }
       out[key] = (out[key] || 0) + v * (chart.scale || 1);
