@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -22,8 +23,11 @@ type Target struct {
 	HTTPBase  string // http://127.0.0.1:PORT
 	H3Base    string // https://127.0.0.1:PORT
 	AdminBase string
-	PID       int
-	CertHash  [32]byte
+	// StreamerWS and PlayerWS are the Epic streamer and player listeners
+	// (host:port); empty when attached to an edge without them.
+	StreamerWS, PlayerWS string
+	PID                  int
+	CertHash             [32]byte
 
 	cmd *exec.Cmd
 }
@@ -49,7 +53,26 @@ func freePort() (int, error) {
 // StartEdge runs the edge binary at bin in dev mode on free loopback ports,
 // with extra flags, and waits until it is ready.
 func StartEdge(ctx context.Context, bin string, extra ...string) (*Target, error) {
-	ports := make([]int, 5)
+	return StartEdgeWith(ctx, EdgeOptions{Bin: bin, Extra: extra})
+}
+
+// EdgeOptions say how StartEdgeWith runs the edge.
+type EdgeOptions struct {
+	Bin   string
+	Extra []string // extra flags
+	// Taskset, when set, pins the edge to these CPUs (taskset -c LIST), so
+	// the load client can run on the others.
+	Taskset string
+}
+
+// StartEdgeWith is StartEdge with options. The edge inherits this
+// process's RLIMIT_NOFILE, which RaiseNoFile lifts to the hard limit first
+// (Go restores the original soft limit in children unless the program
+// set it itself).
+func StartEdgeWith(ctx context.Context, o EdgeOptions) (*Target, error) {
+	_, _ = RaiseNoFile()
+	bin, extra := o.Bin, o.Extra
+	ports := make([]int, 6)
 	for i := range ports {
 		p, err := freePort()
 		if err != nil {
@@ -59,19 +82,41 @@ func StartEdge(ctx context.Context, bin string, extra ...string) (*Target, error
 	}
 	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
 	args := append([]string{"--http", addr(ports[0]), "--https", addr(ports[1]), "--ice-udp", addr(ports[2]),
-		"--streamer-ws", addr(ports[3]), "--admin", addr(ports[4])}, extra...)
+		"--streamer-ws", addr(ports[3]), "--admin", addr(ports[4]), "--player-ws", addr(ports[5])}, extra...)
+	if o.Taskset != "" {
+		// taskset execs bin, so the pid stays the edge's.
+		args = append([]string{"-c", o.Taskset, bin}, args...)
+		bin = "taskset"
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = io.Discard
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	t := &Target{HTTPBase: "http://" + addr(ports[0]), H3Base: "https://" + addr(ports[1]), AdminBase: "http://" + addr(ports[4]), PID: cmd.Process.Pid, cmd: cmd}
+	t := &Target{HTTPBase: "http://" + addr(ports[0]), H3Base: "https://" + addr(ports[1]), AdminBase: "http://" + addr(ports[4]),
+		StreamerWS: addr(ports[3]), PlayerWS: addr(ports[5]), PID: cmd.Process.Pid, cmd: cmd}
 	if err := t.waitReady(ctx); err != nil {
 		t.Stop()
 		return nil, err
 	}
 	return t, t.loadCertHash(ctx)
+}
+
+// RaiseNoFile lifts this process's RLIMIT_NOFILE soft limit to its hard
+// limit and returns the limit now in force.
+func RaiseNoFile() (uint64, error) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0, err
+	}
+	// Always set it: Go raised the soft limit at start-up but would hand
+	// children the original one unless the program sets it itself.
+	rl.Cur = rl.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0, err
+	}
+	return rl.Cur, nil
 }
 
 // Attach uses an edge that is already running.

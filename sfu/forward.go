@@ -49,6 +49,7 @@ type queue struct {
 	head int     // guarded by mu
 	n    int     // guarded by mu
 	wake chan struct{}
+	done atomic.Uint64 // entries retired: sent, or dropped by the write loop or push
 }
 
 func newQueue(n int) *queue {

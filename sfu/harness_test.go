@@ -426,7 +426,10 @@ func expectHearing(t *testing.T, clients []*client, want map[*client][]byte) {
 	}
 }
 
-func newEnvB(b *testing.B) *testEnv { return newEnv(b, nil) }
+// newEnvB is newEnv without periodic stats sampling (GetStats allocates).
+func newEnvB(b *testing.B) *testEnv {
+	return newEnv(b, func(c *Config) { c.StatsInterval = time.Hour })
+}
 
 func mustJSON(tb testing.TB, body []byte, v any) {
 	tb.Helper()

@@ -443,6 +443,7 @@ func (s *SFU) fanout(p *peer, pk *packet) {
 	for _, sb := range *subs {
 		if d, dropped := sb.l.q.push(entry{pk: pk, src: p, slot: sb.slot}); dropped {
 			s.m.dropped[dropQueueFull].Inc()
+			sb.l.q.done.Add(1)
 			d.pk.release()
 		}
 	}
@@ -480,6 +481,7 @@ func (s *SFU) sendBatch(l *peer, batch []entry, hdr *rtp.Header) {
 	if sent > 0 {
 		s.m.forwarded.Add(float64(sent))
 	}
+	l.q.done.Add(uint64(len(batch)))
 }
 
 func (s *SFU) send(l *peer, e *entry, hdr *rtp.Header) string {

@@ -55,6 +55,10 @@ type Config struct {
 	LinkInsecure bool
 	// ControlQueue bounds each client's queue of reliable messages.
 	ControlQueue int
+	// MaxDatagramBytes is the largest snapshot sent on an unreliable lane;
+	// a larger one (a full window snapshot can pass 1.2 KB) goes on the
+	// reliable lane. 1100 fits a WebTransport datagram on a 1280-byte path.
+	MaxDatagramBytes int
 }
 
 // DefaultConfig returns the reference defaults.
@@ -77,6 +81,7 @@ func DefaultConfig() Config {
 		ReconnectMax:      5 * time.Second,
 		LinkInsecure:      true,
 		ControlQueue:      256,
+		MaxDatagramBytes:  1100,
 	}
 }
 
@@ -105,6 +110,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: heartbeat timeout below interval", ErrConfig)
 	case c.ControlQueue < 8:
 		return fmt.Errorf("%w: control queue below 8", ErrConfig)
+	case c.MaxDatagramBytes < 0 || c.MaxDatagramBytes > codec.MaxMessageSize:
+		return fmt.Errorf("%w: max datagram bytes %d out of range", ErrConfig, c.MaxDatagramBytes)
 	}
 	for id, addr := range c.Shards {
 		if id == "" || addr == "" {

@@ -76,6 +76,15 @@ func (d *Directory) Register(shardID string, instances []string, capacity, sessi
 	}
 }
 
+// SetLoad records the sessions a shard reports holding (heartbeats).
+func (d *Directory) SetLoad(shardID string, sessions int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e := d.shards[shardID]; e != nil {
+		e.sessions = sessions
+	}
+}
+
 // SetHealth records a shard link's health.
 func (d *Directory) SetHealth(shardID string, healthy bool) {
 	d.mu.Lock()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/oshun/egbe-edge/state"
 )
 
 func TestDirectory(t *testing.T) {
@@ -39,6 +41,10 @@ func TestMemoryPins(t *testing.T) {
 	testPinStore(t, NewMemoryPins())
 }
 
+func TestStatePinsContract(t *testing.T) {
+	testPinStore(t, NewStatePins(state.NewMemoryKV(nil), time.Minute))
+}
+
 func testPinStore(t *testing.T, ps PinStore) {
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
@@ -61,5 +67,16 @@ func testPinStore(t *testing.T, ps PinStore) {
 	}
 	if _, err := ps.Get(ctx, "s1", now.Add(60*time.Second)); !errors.Is(err, ErrPinNotFound) {
 		t.Fatalf("at the TTL: %v", err)
+	}
+}
+
+func TestMemoryPinsSweep(t *testing.T) {
+	m := NewMemoryPins()
+	past := time.Now().Add(-time.Minute)
+	for i := range 1024 {
+		_ = m.Put(context.Background(), Pin{SessionID: string(rune('a'+i%26)) + time.Duration(i).String(), ShardID: "a", ExpiresAt: past})
+	}
+	if n := m.Len(); n > 1 {
+		t.Fatalf("%d expired pins kept after a sweep", n)
 	}
 }

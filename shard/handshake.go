@@ -73,24 +73,10 @@ func (g *Gateway) readHello(ctx context.Context, c ClientConn) (*codec.ClientHel
 	return h, nil
 }
 
-// isTooLarge recognises a transport's oversized-message error without
-// importing the transport package.
-func isTooLarge(err error) bool {
-	var sz interface{ TooLarge() bool }
-	if errors.As(err, &sz) {
-		return sz.TooLarge()
-	}
-	return errors.Is(err, codec.ErrFrameTooLarge) || containsTooLarge(err.Error())
-}
-
-func containsTooLarge(s string) bool {
-	for i := 0; i+9 <= len(s); i++ {
-		if s[i:i+9] == "too large" {
-			return true
-		}
-	}
-	return false
-}
+// isTooLarge recognises an oversized-message read error: the edge's
+// transport adapter wraps codec.ErrFrameTooLarge (this package does not
+// import transport).
+func isTooLarge(err error) bool { return errors.Is(err, codec.ErrFrameTooLarge) }
 
 func tokenError(err error, what string) *codec.WireError {
 	switch {
@@ -124,7 +110,7 @@ func (g *Gateway) handshake(ctx context.Context, c ClientConn) (*session, error)
 		return nil, codec.Errorf(code, "protocol version %d not supported (want %d)", h.ProtocolVersion, codec.ProtocolVersion)
 	}
 	if g.draining.Load() {
-		return nil, codec.Errorf(codec.CodeDraining, "this edge is draining; reconnect elsewhere")
+		return nil, &codec.WireError{Code: codec.CodeDraining, Message: "this edge is draining; reconnect elsewhere", Err: ErrDraining}
 	}
 
 	// Resume: the token, then the pin.
@@ -223,7 +209,11 @@ func (g *Gateway) handshake(ctx context.Context, c ClientConn) (*session, error)
 	if resume {
 		g.m.resumes.WithLabelValues("ok").Inc()
 	}
-	g.m.handshakes.WithLabelValues(map[codec.Acceptance]string{codec.Acceptance_ACCEPTED: "accepted", codec.Acceptance_DEGRADED: "degraded"}[neg.Acceptance], "").Inc()
+	outcome := "accepted"
+	if neg.Acceptance == codec.Acceptance_DEGRADED {
+		outcome = "degraded"
+	}
+	g.m.handshakes.WithLabelValues(outcome, "").Inc()
 	return s, nil
 }
 

@@ -32,10 +32,11 @@ func TestHandshakeRefusals(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		first []byte // nil: send nothing
+		first []byte // nil: send nothing; []byte(nil) in "oversized" is sent as the too-large marker
 		want  codec.Code
 	}{
 		{"garbage", []byte{0xff, 0xff, 0xff, 0x01, 0x02}, codec.CodeBadMessage},
+		{"oversized", []byte(nil), codec.CodeFrameTooLarge},
 		{"wrong type", encode(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Ping{Ping: &codec.Ping{}}}), codec.CodeHelloRequired},
 		{"timeout", nil, codec.CodeHandshakeTimeout},
 		{"forged token", withHello(func(h *codec.ClientHello) { h.AccessToken = forged }), codec.CodeTokenInvalid},
@@ -52,7 +53,7 @@ func TestHandshakeRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := e.serve("websocket", false)
 			c.t = t
-			if tc.first != nil {
+			if tc.first != nil || tc.want == codec.CodeFrameTooLarge {
 				c.sendRaw(tc.first)
 			}
 			got, closeCode := c.expectError()

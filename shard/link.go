@@ -227,6 +227,7 @@ func (l *link) readLoop(conn *quic.Conn, r *linkio.Reader) {
 			rtt := time.Duration(now - m.Pong.EdgeTimeNs)
 			l.rttNanos.Store(int64(rtt))
 			l.g.m.linkRTT.WithLabelValues(l.id).Set(rtt.Seconds())
+			l.g.dir.SetLoad(l.id, int(m.Pong.Sessions))
 		case *codec.LinkShardFrame_Hello:
 			l.g.dir.Register(l.id, m.Hello.Instances, int(m.Hello.Capacity), int(m.Hello.Sessions))
 		}

@@ -24,6 +24,8 @@ type metrics struct {
 	// Resolved children for the per-snapshot path (no label lookups there).
 	bytesDelta, bytesFull                    prometheus.Counter
 	dropStaleC, dropBudgetC, dropUnreliableC prometheus.Counter
+	upPresence                               prometheus.Counter
+	oversizeReliable                         prometheus.Counter // snapshots too big for a datagram, sent reliably
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -54,6 +56,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Session messages proxied, by direction and kind."}, []string{"direction", "kind"}),
 	}
 	m.bytesDelta, m.bytesFull = m.replBytes.WithLabelValues("delta"), m.replBytes.WithLabelValues("full")
+	m.upPresence = m.messages.WithLabelValues("up", "presence")
+	m.oversizeReliable = m.messages.WithLabelValues("down", "snapshot_oversize_reliable")
 	m.dropStaleC, m.dropBudgetC, m.dropUnreliableC = m.drops.WithLabelValues(dropStale), m.drops.WithLabelValues(dropBudget), m.drops.WithLabelValues(dropUnreliable)
 	if reg == nil {
 		return m, nil

@@ -32,7 +32,7 @@ type PinStore interface {
 type MemoryPins struct {
 	mu   sync.Mutex
 	pins map[string]Pin // guarded by mu
-	puts int            // guarded by mu: sweeps expired pins every 1024 puts
+	puts int            // guarded by mu: counts puts between sweeps
 }
 
 var _ PinStore = (*MemoryPins)(nil)
@@ -40,20 +40,28 @@ var _ PinStore = (*MemoryPins)(nil)
 // NewMemoryPins returns an empty store.
 func NewMemoryPins() *MemoryPins { return &MemoryPins{pins: map[string]Pin{}} }
 
-// Put implements PinStore.
+// Put implements PinStore. Every 1024 puts it sweeps pins that expired
+// before the wall clock (Get also drops an expired pin it finds).
 func (m *MemoryPins) Put(_ context.Context, p Pin) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.pins[p.SessionID] = p
-	if m.puts++; m.puts%1024 == 0 && !p.ExpiresAt.IsZero() {
-		now := p.ExpiresAt // an upper bound on "now" minus TTL is good enough for a sweep
+	if m.puts++; m.puts%1024 == 0 {
+		now := time.Now()
 		for id, q := range m.pins {
-			if !q.ExpiresAt.IsZero() && q.ExpiresAt.Before(now.Add(-24*time.Hour)) {
+			if !q.ExpiresAt.IsZero() && q.ExpiresAt.Before(now) {
 				delete(m.pins, id)
 			}
 		}
 	}
 	return nil
+}
+
+// Len is the number of pins held (expired ones not yet swept included).
+func (m *MemoryPins) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.pins)
 }
 
 // Get implements PinStore.

@@ -155,14 +155,20 @@ func envInt(k string, def int) int {
 }
 
 // TestScaleLinkSessions opens EGBE_SCALE_LINK sessions over one shard link
-// (one instance, 20 agents, clients draining their lanes) and logs the
-// handshake rate and the process's heap and goroutines per session.
+// (spread over EGBE_SCALE_INSTANCES instances of 10 agents, default 50:
+// every session is also a player entity in its instance; clients drain
+// their lanes) and logs the handshake rate and the process's heap and
+// goroutines per session.
 func TestScaleLinkSessions(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("EGBE_SCALE_LINK"))
 	if n == 0 {
 		t.Skip("set EGBE_SCALE_LINK=N to run")
 	}
-	e := newTestEnv(t, func(c *Config) { c.ControlQueue = 16 }, shardSpec{id: "s1", instances: []string{"grove"}, agents: 20})
+	var ids []string
+	for i := range envInt("EGBE_SCALE_INSTANCES", 50) {
+		ids = append(ids, fmt.Sprintf("inst-%d", i))
+	}
+	e := newTestEnv(t, func(c *Config) { c.ControlQueue = 16 }, shardSpec{id: "s1", instances: ids, agents: 10})
 	runtime.GC()
 	var m0 runtime.MemStats
 	runtime.ReadMemStats(&m0)
@@ -170,22 +176,32 @@ func TestScaleLinkSessions(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	start := time.Now()
+	var hwg sync.WaitGroup
+	sem := make(chan struct{}, 64) // 64 handshakes in flight
 	for i := range n {
-		tc := e.serve("webtransport", true)
-		tc.handshake(e.hello(fmt.Sprintf("u%d", i), "grove"))
-		wg.Add(1)
-		go func() { // drain the lanes
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tc.c.dgram:
-				case <-tc.c.out:
+		sem <- struct{}{}
+		hwg.Add(1)
+		go func() {
+			defer hwg.Done()
+			tc := e.serve("webtransport", true)
+			tc.t = &fatalT{TB: t}
+			tc.handshake(e.hello(fmt.Sprintf("u%d", i), ids[i%len(ids)]))
+			<-sem
+			wg.Add(1)
+			go func() { // drain the lanes
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tc.c.dgram:
+					case <-tc.c.out:
+					}
 				}
-			}
+			}()
 		}()
 	}
+	hwg.Wait()
 	took := time.Since(start)
 	waitFor(t, "all sessions on the shard", func() bool { return e.shards["s1"].Sessions() == n })
 	runtime.GC()

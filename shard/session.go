@@ -301,7 +301,7 @@ func (s *session) readLoop() {
 		}
 		switch m := env.Msg.(type) {
 		case *codec.ClientEnvelope_Presence:
-			g.m.messages.WithLabelValues("up", "presence").Inc()
+			g.m.upPresence.Inc()
 			s.onPresence(m.Presence)
 		case *codec.ClientEnvelope_Actions:
 			g.m.messages.WithLabelValues("up", "actions").Inc()

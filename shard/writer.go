@@ -109,17 +109,6 @@ func (s *session) sendSnapshot() bool {
 		b = codec.AppendSnapshotEnvelope(s.buf[:0], w.InstanceID, w.Sequence, w.ServerTimeMs, s.cur)
 	}
 	s.buf = b
-	if !s.budget.Allow(s.g.now().UnixNano(), len(b)) {
-		m.dropBudgetC.Inc()
-		return true
-	}
-	if delta {
-		// What a full snapshot would have cost, sampled 1 in fullEquivSample
-		// deltas (sizing one costs a tenth of the send).
-		if s.deltaCount++; s.deltaCount%fullEquivSample == 0 {
-			m.fullEquiv.Add(float64(fullEquivSample * codec.SnapshotEnvelopeSize(w.InstanceID, w.Sequence, w.ServerTimeMs, s.cur)))
-		}
-	}
 	if s.json {
 		var env codec.ServerEnvelope
 		if err := codec.DecodeServer(b, false, &env); err != nil {
@@ -131,14 +120,35 @@ func (s *session) sendSnapshot() bool {
 		}
 		b = jb
 	}
-	if s.unreliable {
+	// The budget counts what goes on the wire (protojson is larger).
+	if !s.budget.Allow(s.g.now().UnixNano(), len(b)) {
+		m.dropBudgetC.Inc()
+		return true
+	}
+	if delta {
+		// What a full snapshot would have cost, sampled 1 in fullEquivSample
+		// deltas (sizing one costs a tenth of the send).
+		if s.deltaCount++; s.deltaCount%fullEquivSample == 0 {
+			m.fullEquiv.Add(float64(fullEquivSample * codec.SnapshotEnvelopeSize(w.InstanceID, w.Sequence, w.ServerTimeMs, s.cur)))
+		}
+	}
+	switch {
+	case s.unreliable && len(b) <= s.g.cfg.MaxDatagramBytes:
 		if err := s.c.WriteUnreliable(b); err != nil {
 			m.dropUnreliableC.Inc()
 			return true
 		}
-	} else if err := s.c.WriteReliable(s.wctx, b); err != nil {
-		s.stop(stopCause{})
-		return false
+	default:
+		// No unreliable lane, or too big for one datagram (a full window
+		// snapshot can be): the reliable lane. The slot above keeps it
+		// latest-wins either way.
+		if s.unreliable {
+			m.oversizeReliable.Inc()
+		}
+		if err := s.c.WriteReliable(s.wctx, b); err != nil {
+			s.stop(stopCause{})
+			return false
+		}
 	}
 	if delta {
 		m.bytesDelta.Add(float64(len(b)))

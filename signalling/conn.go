@@ -3,6 +3,7 @@ package signalling
 import (
 	"bufio"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -182,13 +183,29 @@ func (c *conn) writeFrame(f []byte) (closed bool, err error) {
 	return false, c.ws.WriteMessage(websocket.TextMessage, f)
 }
 
+// writeGreeting writes f before the writer runs (see Server.upgrade).
+func (c *conn) writeGreeting(f []byte) error {
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	return c.ws.WriteMessage(websocket.TextMessage, f)
+}
+
 // readLoop hands each text frame to handle until the socket fails or
-// closes. It runs on the HTTP handler's goroutine.
+// closes. It runs on the socket's reader goroutine. A frame is read into a
+// pooled buffer taken only once the frame has begun to arrive (an idle
+// socket pins none) and returned after handle: handle must not keep b.
 func (c *conn) readLoop(handle func([]byte)) {
 	c.ws.SetReadLimit(c.s.cfg.ReadLimit)
 	for {
-		mt, b, err := c.ws.ReadMessage()
+		mt, r, err := c.ws.NextReader()
+		var bp *[]byte
+		if err == nil {
+			bp = readPool.Get().(*[]byte)
+			*bp, err = readAll(r, (*bp)[:0])
+		}
 		if err != nil {
+			if bp != nil {
+				putReadBuf(bp)
+			}
 			if errors.Is(err, websocket.ErrReadLimit) {
 				c.s.met.drop(dropTooLarge)
 				c.log.Info("frame over read limit, socket closed", "limit", c.s.cfg.ReadLimit)
@@ -196,10 +213,42 @@ func (c *conn) readLoop(handle func([]byte)) {
 			return
 		}
 		if mt != websocket.TextMessage {
+			putReadBuf(bp)
 			c.s.met.drop(dropBinary)
 			continue
 		}
-		handle(b)
+		handle(*bp)
+		putReadBuf(bp)
+	}
+}
+
+// readAll appends r's message to b (io.ReadAll into a caller's buffer).
+func readAll(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+// maxPooledRead is the largest read buffer kept for reuse (Epic's SDP
+// offers are tens of KiB; rarer giants are left to the GC).
+const maxPooledRead = 128 << 10
+
+var readPool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+func putReadBuf(bp *[]byte) {
+	if cap(*bp) <= maxPooledRead {
+		*bp = (*bp)[:0]
+		readPool.Put(bp)
 	}
 }
 
@@ -288,6 +337,8 @@ func (h *batchHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	h.bc = &batchConn{Conn: nc}
+	// Born holding: the 101 response waits in the batch for the greeting
+	// frames (Server.upgrade flushes both in one write).
+	h.bc = &batchConn{Conn: nc, holding: true}
 	return h.bc, brw, nil
 }

@@ -31,4 +31,8 @@ var (
 	ErrUnknownSession = errors.New("signalling: unknown session")
 	// ErrBadLease: a lease request is malformed (empty session id).
 	ErrBadLease = errors.New("signalling: bad lease request")
+	// ErrFleetUnavailable: the fleet's Redis cannot be reached, so the
+	// registry and cross-edge signalling refuse what needs it (local
+	// streamer-player pairs keep working).
+	ErrFleetUnavailable = errors.New("signalling: fleet registry unavailable")
 )

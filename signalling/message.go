@@ -305,11 +305,27 @@ func skipValue(b []byte, i int) int {
 // a streamer chose cannot break the frame.
 
 func quote(s string) []byte {
-	q, _ := json.Marshal(s)
-	return q
+	return appendQuote(nil, s)
 }
 
-func msgIdentify() []byte { return []byte(`{"type":"identify"}`) }
+// appendQuote appends s as encoding/json quotes it. Plain printable ASCII
+// (every id the broker mints, and Epic's) is copied as is; anything else
+// goes through encoding/json, so the bytes are identical.
+func appendQuote(out []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(out, q...)
+		}
+	}
+	out = append(out, '"')
+	out = append(out, s...)
+	return append(out, '"')
+}
+
+// msgIdentify is shared by every streamer socket; queued frames are never
+// modified.
+var msgIdentify = []byte(`{"type":"identify"}`)
 
 func msgConfig(pco json.RawMessage) []byte {
 	out := []byte(`{"type":"config","peerConnectionOptions":`)
@@ -326,12 +342,16 @@ func msgStreamerIDChanged(id string) []byte {
 }
 
 func msgStreamerList(ids []string) []byte {
-	out := []byte(`{"type":"streamerList","ids":[`)
+	n := 32
+	for _, id := range ids {
+		n += len(id) + 3
+	}
+	out := append(make([]byte, 0, n), `{"type":"streamerList","ids":[`...)
 	for i, id := range ids {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		out = append(out, quote(id)...)
+		out = appendQuote(out, id)
 	}
 	return append(out, "]}"...)
 }

@@ -39,9 +39,9 @@ package signalling
 // Config.DefaultCodecs. A rename keeps the entry (and its lease); a
 // disconnect removes it.
 //
-// All state sits behind the registryStore interface so a Redis store (a
-// hash per streamer, LeaseIdle as one Lua script) can replace memStore
-// without touching callers; memory is the only store today.
+// All state sits behind the registryStore interface: memStore on a single
+// edge, redisStore (redisstore.go: a hash per streamer, LeaseIdle as one
+// Lua script) when Deps.Cluster makes the Server one edge of a fleet.
 
 import (
 	"cmp"

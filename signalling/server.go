@@ -48,6 +48,10 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	// Leases is optional.
 	Leases LeaseHooks
+	// Cluster, when set (NewRedisCluster), makes this Server one edge of a
+	// fleet on Redis: the registry is fleet-wide and players signal with
+	// streamers on any edge. Nil (the default) is a single edge in memory.
+	Cluster *Cluster
 }
 
 // maxPOPBytes bounds a POP name from a URL (it becomes a metric label).
@@ -63,6 +67,7 @@ type Server struct {
 	now      func() time.Time   // immutable after New
 	signer   *auth.Signer       // immutable after New
 	hooks    LeaseHooks         // immutable after New
+	cl       *Cluster           // immutable after New; nil on a single edge
 	reg      *Registry          // immutable after New
 	met      *metrics           // immutable after New
 	upgrader websocket.Upgrader // immutable after New
@@ -73,6 +78,10 @@ type Server struct {
 	conns      map[*conn]struct{}   // guarded by mu: every open socket
 	streamers  []*streamer          // guarded by mu: identified, registration order
 	byID       map[string]*streamer // guarded by mu
+	// list is the streamerList frame for players without a session (every
+	// identified streamer), shared by their queues; nil when the streamers
+	// changed since it was built. Guarded by mu.
+	list []byte
 	nextPlayer uint64               // guarded by mu
 
 	// wg counts every reader (handler) and writer goroutine.
@@ -150,6 +159,12 @@ func New(cfg Config, d Deps) (*Server, error) {
 		// from anywhere.
 		CheckOrigin: func(*http.Request) bool { return true },
 	}
+	if d.Cluster != nil { // last: it starts the cluster's goroutines
+		if err := d.Cluster.attach(s, d.Registerer); err != nil {
+			return nil, err
+		}
+		s.cl = d.Cluster
+	}
 	return s, nil
 }
 
@@ -175,10 +190,15 @@ func (s *Server) Close() {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	if s.cl != nil {
+		s.cl.stop()
+	}
 }
 
-// upgrade accepts the WebSocket, echoing the first subprotocol offered.
-func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, log *slog.Logger) (*conn, bool) {
+// upgrade accepts the WebSocket, echoing the first subprotocol offered,
+// and writes the greeting frames (none when the connection is refused)
+// with the 101 response: one write for the handshake and the greeting.
+func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, log *slog.Logger, greeting ...[]byte) (*conn, bool) {
 	var h http.Header
 	if p := websocket.Subprotocols(r); len(p) > 0 {
 		h = http.Header{"Sec-Websocket-Protocol": {p[0]}}
@@ -186,6 +206,9 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, log *slog.Logge
 	hj := &batchHijacker{ResponseWriter: w}
 	ws, err := s.upgrader.Upgrade(hj, r, h)
 	if err != nil {
+		if hj.bc != nil {
+			_ = hj.bc.flush() // the upgrader's error answer, if it wrote one
+		}
 		return nil, false // the upgrader answered the HTTP error
 	}
 	c := newConn(s, ws, hj.bc, log)
@@ -194,12 +217,27 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, log *slog.Logge
 		s.mu.Unlock()
 		_ = ws.WriteControl(websocket.CloseMessage,
 			websocket.FormatCloseMessage(CloseGoingAway, "server closing"), time.Now().Add(time.Second))
+		_ = hj.bc.flush()
 		_ = ws.Close()
 		return nil, false
 	}
 	s.conns[c] = struct{}{}
-	s.wg.Add(2) // this handler's reader, and the writer
+	s.wg.Add(2) // the reader (streamerReader, playerReader), and the writer
 	s.mu.Unlock()
+	// The writer is not running yet and nothing else writes before the
+	// greeting: it joins the 101 response in the held batch.
+	var werr error
+	for _, f := range greeting {
+		if werr == nil {
+			werr = c.writeGreeting(f)
+		}
+	}
+	if ferr := hj.bc.flush(); werr == nil {
+		werr = ferr
+	}
+	if werr != nil {
+		c.kill()
+	}
 	go c.writeLoop()
 	return c, true
 }
@@ -262,21 +300,31 @@ func (s *Server) serveStreamer(w http.ResponseWriter, r *http.Request) {
 		codecs = normCodecs(s.cfg.DefaultCodecs)
 	}
 	log := s.log.With("role", "streamer", "pop", pop, "remote", r.RemoteAddr)
-	c, ok := s.upgrade(w, r, log)
+	var greeting [][]byte
+	if authErr == nil {
+		// identify first, then config (Epic's order).
+		greeting = [][]byte{msgIdentify, s.config}
+	}
+	c, ok := s.upgrade(w, r, log, greeting...)
 	if !ok {
 		return
 	}
+	go s.streamerReader(c, authErr, pop, codecs, claims.StreamerID)
+}
+
+// streamerReader is a streamer socket's reader. It has its own goroutine
+// (counted in s.wg by upgrade) so the HTTP server's goroutine ends with the
+// upgrade and frees the request's buffers: an idle socket keeps only its
+// reader, writer and WebSocket state.
+func (s *Server) streamerReader(c *conn, authErr error, pop string, codecs []string, tokenID string) {
 	defer s.release(c)
 	if authErr != nil {
 		s.refuse(c, authReason(authErr))
 		return
 	}
-	st := &streamer{conn: c, pop: pop, codecs: codecs, tokenID: claims.StreamerID, players: make(map[string]*player)}
+	st := &streamer{conn: c, pop: pop, codecs: codecs, tokenID: tokenID, players: make(map[string]*player)}
 	s.met.streamers.Inc()
 	defer s.met.streamers.Dec()
-	// identify first, then config (Epic's order).
-	st.send(msgIdentify())
-	st.send(s.config)
 	st.readLoop(func(b []byte) { s.onStreamerFrame(st, b) })
 	s.streamerGone(st)
 }
@@ -317,18 +365,26 @@ func (s *Server) servePlayer(w http.ResponseWriter, r *http.Request) {
 	if sess != nil && authErr == nil {
 		log = log.With("session", sess.SessionID)
 	}
-	c, ok := s.upgrade(w, r, log)
+	// config immediately, before reading anything: Epic's frontend sends
+	// listStreamers on open and breaks if streamerList comes first.
+	var greeting [][]byte
+	if authErr == nil {
+		greeting = [][]byte{s.config}
+	}
+	c, ok := s.upgrade(w, r, log, greeting...)
 	if !ok {
 		return
 	}
+	go s.playerReader(c, authErr, id, sess) // see streamerReader
+}
+
+// playerReader is a player socket's reader (see streamerReader).
+func (s *Server) playerReader(c *conn, authErr error, id string, sess *auth.PxSession) {
 	defer s.release(c)
 	if authErr != nil {
 		s.refuse(c, authReason(authErr))
 		return
 	}
-	// config immediately, before reading anything: Epic's frontend sends
-	// listStreamers on open and breaks if streamerList comes first.
-	c.send(s.config)
 	p := &player{conn: c, id: id, session: sess}
 	s.met.players.Inc()
 	defer s.met.players.Dec()
@@ -415,12 +471,14 @@ func (s *Server) endpointID(st *streamer, m *Message) {
 	old := st.id
 	switch {
 	case old == "":
+		s.list = nil
 		st.id = id
 		s.byID[id] = st
 		s.streamers = append(s.streamers, st)
 		_ = s.reg.st.add(entry{info: StreamerInfo{ID: id, POP: st.pop, Codecs: st.codecs, ConnectedAt: s.now()}})
 		st.log.Info("streamer identified", "streamer", id)
 	case old != id:
+		s.list = nil
 		delete(s.byID, old)
 		st.id = id
 		s.byID[id] = st
@@ -446,7 +504,7 @@ func (s *Server) refuseLocked(st *streamer, reason string) {
 // UnknownStreamer<n>. Caller holds s.mu.
 func (s *Server) pickID(req string) string {
 	if req != "" {
-		if _, taken := s.byID[req]; !taken {
+		if _, taken := s.byID[req]; !taken && !s.cl.remoteID(req) {
 			return req
 		}
 	}
@@ -457,15 +515,19 @@ func (s *Server) pickID(req string) string {
 		base = b
 	}
 	var max uint64
-	for id := range s.byID {
+	scan := func(id string) {
 		rest, ok := strings.CutPrefix(id, base)
 		if !ok || rest == "" {
-			continue
+			return
 		}
 		if n, err := strconv.ParseUint(rest, 10, 32); err == nil && n > max {
 			max = n
 		}
 	}
+	for id := range s.byID {
+		scan(id)
+	}
+	s.cl.remoteIDs(scan) // other edges' streamers (nil-safe)
 	return base + strconv.FormatUint(max+1, 10)
 }
 
@@ -557,6 +619,7 @@ func (s *Server) streamerGone(st *streamer) {
 	var sessions []string
 	s.mu.Lock()
 	if st.id != "" {
+		s.list = nil
 		delete(s.byID, st.id)
 		for i, x := range s.streamers {
 			if x == st {
@@ -591,6 +654,9 @@ func (s *Server) onPlayerFrame(p *player, b []byte) {
 	if !s.decode(p.conn, b, &m) {
 		return
 	}
+	if s.cl != nil && s.cl.fromPlayer(p, &m) {
+		return // relayed to a streamer on another edge (relay.go)
+	}
 	switch m.Type {
 	case typeListStreamers:
 		s.listStreamers(p)
@@ -615,7 +681,24 @@ func (s *Server) onPlayerFrame(p *player, b []byte) {
 // listStreamers answers identified streamers in registration order; a
 // token-mode player sees only its leased streamer.
 func (s *Server) listStreamers(p *player) {
+	if s.cl != nil { // the whole fleet's (relay.go)
+		p.send(msgStreamerList(s.cl.listIDs(p)))
+		return
+	}
 	s.mu.Lock()
+	if p.session == nil {
+		if s.list == nil {
+			ids := make([]string, len(s.streamers))
+			for i, st := range s.streamers {
+				ids[i] = st.id
+			}
+			s.list = msgStreamerList(ids)
+		}
+		list := s.list
+		s.mu.Unlock()
+		p.send(list)
+		return
+	}
 	ids := make([]string, 0, len(s.streamers))
 	for _, st := range s.streamers {
 		if p.session == nil || st.id == p.session.StreamerID {
@@ -725,6 +808,9 @@ func (s *Server) playerToStreamer(p *player, m *Message) {
 
 // playerGone: the player's socket closed (its close frame, or an error).
 func (s *Server) playerGone(p *player) {
+	if s.cl != nil {
+		s.cl.playerGone(p)
+	}
 	s.mu.Lock()
 	left := s.detachLocked(p)
 	s.mu.Unlock()

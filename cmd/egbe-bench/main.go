@@ -4,7 +4,13 @@
 //
 //	egbe-bench connect  --edge-bin PATH --transport websocket --sessions 1000
 //	egbe-bench echo     --edge-bin PATH --transport websocket --sessions 1000 --rate 20 --duration 20s [--baseline]
+//	egbe-bench pxstream --edge-bin PATH --pairs 200 --handshakes 20000 [--idle 19000] [--edge-taskset 1]
+//	egbe-bench match    --edge-bin PATH --streamers 1000 --decisions 20000 [--edge-taskset 1]
 //	egbe-bench serve-baseline-echo --listen 127.0.0.1:9999   (used by --baseline)
+//
+// Pin the client and the edge to different cores and compare CPU time:
+//
+//	taskset -c 0 egbe-bench pxstream --edge-bin /tmp/egbe-edge --edge-taskset 1 ...
 package main
 
 import (
@@ -26,7 +32,7 @@ import (
 func main() { os.Exit(run(os.Args[1:])) }
 
 func usage() int {
-	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|serve-baseline-echo [flags]  (egbe-bench SCENARIO --help)")
+	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|pxstream|match|serve-baseline-echo [flags]  (egbe-bench SCENARIO --help)")
 	return 2
 }
 
@@ -40,6 +46,10 @@ func run(args []string) int {
 	switch args[0] {
 	case "connect", "echo":
 		err = runEcho(ctx, args[0], args[1:])
+	case "pxstream":
+		err = bench.PxstreamCommand(ctx, args[1:])
+	case "match":
+		err = bench.MatchCommand(ctx, args[1:])
 	case "serve-baseline-echo":
 		fs := flag.NewFlagSet(args[0], flag.ExitOnError)
 		listen := fs.String("listen", "127.0.0.1:0", "address")
