@@ -78,13 +78,13 @@ type Server struct {
 	conns      map[*conn]struct{}   // guarded by mu: every open socket
 	streamers  []*streamer          // guarded by mu: identified, registration order
 	byID       map[string]*streamer // guarded by mu
+	nextPlayer uint64               // guarded by mu
 	// list is the streamerList frame for players without a session (every
 	// identified streamer), shared by their queues; nil when the streamers
 	// changed since it was built. Guarded by mu.
 	list []byte
-	nextPlayer uint64               // guarded by mu
 
-	// wg counts every reader (handler) and writer goroutine.
+	// wg counts every reader and writer goroutine.
 	wg sync.WaitGroup
 }
 

@@ -1,0 +1,197 @@
+package signalling
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/oshun/egbe-edge/internal/redistest"
+)
+
+// The registry contract, run against memStore and redisStore: the same
+// calls give the same answers (DESIGN.md section 8).
+
+// syncedStore applies a redisStore's fleet side at once (the Server's sync
+// loop does it asynchronously), so a table can follow each step.
+type syncedStore struct {
+	*redisStore
+	t   testing.TB
+	now func() time.Time
+}
+
+func (s syncedStore) flush() {
+	s.t.Helper()
+	if err := s.redisStore.sync(context.Background(), false, s.now()); err != nil {
+		s.t.Fatalf("sync: %v", err)
+	}
+}
+
+func (s syncedStore) add(e entry) error {
+	err := s.redisStore.add(e)
+	s.flush()
+	return err
+}
+func (s syncedStore) remove(id string) { s.redisStore.remove(id); s.flush() }
+func (s syncedStore) rename(o, n string) error {
+	err := s.redisStore.rename(o, n)
+	s.flush()
+	return err
+}
+func (s syncedStore) joined(id string) error {
+	err := s.redisStore.joined(id)
+	s.flush()
+	return err
+}
+func (s syncedStore) left(id string, now time.Time, grace time.Duration) {
+	s.redisStore.left(id, now, grace)
+	s.flush()
+}
+
+// contractRegistries returns a fresh registry per store kind.
+func contractRegistries(t *testing.T) map[string]func(clk *fakeClock) *Registry {
+	addr, _ := redistest.Start(t)
+	rdb, _ := redisClient(t, addr)
+	return map[string]func(*fakeClock) *Registry{
+		"memory": func(clk *fakeClock) *Registry { return newRegistry(clk.Now, 10*time.Second) },
+		"redis": func(clk *fakeClock) *Registry {
+			if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			cl, err := NewRedisCluster(rdb, "edge-contract", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cl.errs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"op"})
+			r := newRegistry(clk.Now, 10*time.Second)
+			r.st = syncedStore{redisStore: newRedisStore(cl, 10*time.Second), t: t, now: clk.Now}
+			return r
+		},
+	}
+}
+
+func TestRegistryContract(t *testing.T) {
+	for kind, mk := range contractRegistries(t) {
+		t.Run(kind, func(t *testing.T) {
+			clk := newFakeClock()
+			r := mk(clk)
+			for _, s := range []StreamerInfo{
+				{ID: "a", POP: "eu-west-1", Codecs: []string{"H264"}},
+				{ID: "b", POP: "eu-west-1", Codecs: []string{"H264", "AV1"}},
+				{ID: "c", POP: "us-east-1", Codecs: []string{"H264"}},
+			} {
+				s.ConnectedAt = clk.Now()
+				if err := r.st.add(entry{info: s}); err != nil {
+					t.Fatal(err)
+				}
+				clk.Add(time.Second)
+			}
+			if err := r.st.add(entry{info: StreamerInfo{ID: "a", POP: "x", ConnectedAt: clk.Now()}}); !errors.Is(err, ErrStreamerExists) {
+				t.Fatalf("duplicate add: %v", err)
+			}
+			until := clk.Now().Add(30 * time.Second)
+			for _, tc := range []struct {
+				name, pop, codec, session string
+				wantID                    string
+				wantErr                   error
+			}{
+				{"longest idle first", "eu-west-1", "h264", "s1", "a", nil},
+				{"idempotent retry", "eu-west-1", "H264", "s1", "a", nil},
+				{"codec filter", "eu-west-1", "AV1", "s2", "b", nil},
+				{"pop exhausted", "eu-west-1", "H264", "s3", "", ErrNoIdleStreamer},
+				{"no such codec", "us-east-1", "VP9", "s4", "", ErrNoIdleStreamer},
+				{"session holds another", "us-east-1", "H264", "s1", "", ErrSessionLeased},
+				{"any codec", "us-east-1", "", "s5", "c", nil},
+				{"empty session", "us-east-1", "", "", "", ErrBadLease},
+			} {
+				got, err := r.LeaseIdle(tc.pop, tc.codec, tc.session, until)
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("%s: err %v, want %v", tc.name, err, tc.wantErr)
+				}
+				if err == nil && (got.ID != tc.wantID || got.State != StateLeased || got.SessionID != tc.session ||
+					!got.LeaseUntil.Equal(until)) {
+					t.Fatalf("%s: got %+v, want %s leased to %s", tc.name, got, tc.wantID, tc.session)
+				}
+			}
+			if c := r.Counts(); c["eu-west-1"] != (POPCounts{Leased: 2}) || c["us-east-1"] != (POPCounts{Leased: 1}) {
+				t.Fatalf("counts %+v", c)
+			}
+			for _, s := range []string{"s1", "s2", "s5"} {
+				if err := r.Release(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			state := func() StreamerState { i, _ := r.Get("a"); return i.State }
+			if err := r.Lease("a", "s1", clk.Now().Add(30*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Lease("a", "s2", clk.Now().Add(30*time.Second)); !errors.Is(err, ErrNotIdle) {
+				t.Fatalf("second lease: %v", err)
+			}
+			if err := r.Lease("zz", "s2", clk.Now().Add(time.Minute)); !errors.Is(err, ErrUnknownStreamer) {
+				t.Fatalf("unknown: %v", err)
+			}
+			clk.Add(29 * time.Second)
+			if state() != StateLeased {
+				t.Fatal("lease lapsed early")
+			}
+			clk.Add(time.Second)
+			if state() != StateIdle {
+				t.Fatal("lease did not lapse")
+			}
+			// a's lapsed lease makes it idle since its until: b (idle since
+			// its release) goes first, then a.
+			if got, err := r.LeaseIdle("eu-west-1", "", "s9", clk.Now().Add(10*time.Second)); err != nil || got.ID != "b" {
+				t.Fatalf("after lapse: %+v %v", got, err)
+			}
+			if err := r.Release("s9"); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := r.LeaseIdle("eu-west-1", "", "s3", clk.Now().Add(10*time.Second)); err != nil || got.ID != "a" {
+				t.Fatalf("after lapse: %+v %v", got, err)
+			}
+			if err := r.st.claim("a", "s3", clk.Now(), clk.Now().Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.st.claim("a", "s4", clk.Now(), clk.Now().Add(time.Minute)); !errors.Is(err, ErrNotIdle) {
+				t.Fatalf("claim by another session: %v", err)
+			}
+			if err := r.st.joined("a"); err != nil {
+				t.Fatal(err)
+			}
+			clk.Add(time.Hour)
+			if state() != StateStreaming {
+				t.Fatalf("state %s, want streaming", state())
+			}
+			if err := r.st.rename("a", "a1"); err != nil {
+				t.Fatal(err)
+			}
+			if i, ok := r.Get("a1"); !ok || i.SessionID != "s3" || i.Players != 1 {
+				t.Fatalf("after rename %+v", i)
+			}
+			if _, ok := r.Get("a"); ok {
+				t.Fatal("old id still registered")
+			}
+			r.st.left("a1", clk.Now(), 10*time.Second)
+			if i, _ := r.Get("a1"); i.State != StateLeased || !i.LeaseUntil.Equal(clk.Now().Add(10*time.Second)) {
+				t.Fatalf("after leave %+v", i)
+			}
+			if err := r.Release("s3"); err != nil {
+				t.Fatal(err)
+			}
+			if i, _ := r.Get("a1"); i.State != StateIdle || i.SessionID != "" {
+				t.Fatalf("after release %+v", i)
+			}
+			if snap := r.Snapshot(); len(snap) != 3 || snap[0].ID != "a1" || snap[1].ID != "b" || snap[2].ID != "c" {
+				t.Fatalf("snapshot order %+v", snap)
+			}
+			r.st.remove("a1")
+			r.st.remove("b")
+			if snap := r.Snapshot(); len(snap) != 1 || snap[0].ID != "c" {
+				t.Fatalf("after remove %+v", snap)
+			}
+		})
+	}
+}
