@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"errors"
@@ -10,7 +11,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +73,7 @@ type Edge struct {
 	px         *pxstream
 	adm        *admissionPlane
 	rdb        *redis.Client       // nil without --redis-url
+	edgeID     string              // unique in the fleet: names this edge in shared state
 	pxAdmitter matchmaker.Admitter // nil: admit every match
 	// extraServers are listeners owned by subsystems (Epic ports).
 	extraServers []extraServer
@@ -96,6 +100,7 @@ func New(cfg Config, log *slog.Logger) (e *Edge, err error) {
 	}
 	e = &Edge{cfg: cfg, base: log, log: log.With("component", "edge"), reg: prometheus.NewRegistry()}
 	e.lifetime, e.endLife = context.WithCancel(context.Background())
+	e.edgeID = newEdgeID()
 	e.closers = append(e.closers, func() error { e.endLife(); return nil })
 	defer func() {
 		if err != nil {
@@ -232,6 +237,21 @@ func (e *Edge) Addrs() Addrs {
 		a.H3 = e.h3Conn.LocalAddr().String()
 	}
 	return a
+}
+
+// newEdgeID names this process in the fleet: host, pid and a random tag
+// (no spaces or braces: it appears inside Redis keys).
+func newEdgeID() string {
+	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		if r == ' ' || r == '{' || r == '}' {
+			return '-'
+		}
+		return r
+	}, host)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%x", host, os.Getpid(), b)
 }
 
 // logFor is the logger of one component.

@@ -67,9 +67,17 @@ func (e *Edge) buildPxstream() error {
 		// Admission's concurrency lease follows the player subscribing and leaving.
 		hooks.Next = e.adm.px
 	}
-	srv, err := signalling.New(scfg, signalling.Deps{
-		Signer: e.signer, Logger: e.logFor("signalling"), Registerer: e.reg, Leases: hooks,
-	})
+	deps := signalling.Deps{Signer: e.signer, Logger: e.logFor("signalling"), Registerer: e.reg, Leases: hooks}
+	if e.rdb != nil {
+		// With Redis the registry is the fleet's, and players on this edge
+		// can play streamers registered on any other.
+		cl, err := signalling.NewRedisCluster(e.rdb, e.edgeID, e.logFor("signalling-cluster"))
+		if err != nil {
+			return err
+		}
+		deps.Cluster = cl
+	}
+	srv, err := signalling.New(scfg, deps)
 	if err != nil {
 		return err
 	}

@@ -61,6 +61,7 @@ type realtime struct {
 func (e *Edge) buildRealtime(ctx context.Context) error {
 	scfg := shard.DefaultConfig()
 	scfg.DrainWindow = time.Duration(e.cfg.DrainWindow)
+	scfg.EdgeID = e.edgeID
 	for name, addr := range e.cfg.Shards {
 		scfg.Shards[name] = addr
 	}

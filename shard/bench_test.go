@@ -81,6 +81,7 @@ func BenchmarkFanout(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
+			total := 0
 			for n := range b.N {
 				w := worlds[n%len(worlds)]
 				for _, s := range sessions {
@@ -88,9 +89,11 @@ func BenchmarkFanout(b *testing.B) {
 					<-s.snapNotify
 					s.sendSnapshot()
 					s.acked.Store(w.Sequence)
+					total += len(s.buf)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*clients), "ns/client")
+			b.ReportMetric(float64(total)/float64(b.N*clients), "bytes/msg")
 		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
 	"github.com/oshun/egbe-edge/codec"
@@ -48,33 +49,37 @@ func TestSessionEndToEnd(t *testing.T) {
 	waitFor(t, "session gone", func() bool { return e.g.Sessions() == 0 })
 }
 
-// TestOversizeSnapshotsGoReliable: a snapshot too big for one datagram
-// reaches a client with an unreliable lane on its reliable lane; nothing
-// over the limit is ever sent as a datagram.
-func TestOversizeSnapshotsGoReliable(t *testing.T) {
-	const limit = 300
-	e := newTestEnv(t, func(c *Config) { c.MaxDatagramBytes = limit },
-		shardSpec{id: "s1", instances: []string{"orun-grove"}, agents: 200})
-	c := e.serve("webtransport", true)
-	c.handshake(e.hello("ada", "orun-grove"))
-	reliableFull, datagrams := 0, 0
-	for reliableFull == 0 || datagrams < 3 {
-		select {
-		case b := <-c.c.dgram:
-			if len(b) > limit {
-				t.Fatalf("%d-byte datagram over the %d limit", len(b), limit)
+// TestSnapshotLaneBySize: snapshots go on the unreliable lane when they fit
+// a datagram, and on the reliable lane when they do not.
+func TestSnapshotLaneBySize(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		limit, agents int
+		wantUnrel     bool
+	}{
+		{"fits a datagram", 1100, 3, true},
+		{"too big for one", 100, 50, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnv(t, func(c *Config) { c.MaxDatagramBytes = tc.limit },
+				shardSpec{id: "s1", instances: []string{"orun-grove"}, agents: tc.agents})
+			c := e.serve("webtransport", true)
+			c.t = t
+			c.handshake(e.hello("ada", "orun-grove"))
+			for n := 0; n < 5; {
+				env, unrel := c.next()
+				c.apply(env)
+				if env.GetSnapshot() == nil && env.GetDelta() == nil {
+					continue
+				}
+				n++
+				if unrel != tc.wantUnrel {
+					t.Fatalf("state on unreliable=%v, want %v", unrel, tc.wantUnrel)
+				}
 			}
-			datagrams++
-			c.c.dgram <- b // let next() decode and apply it
-		default:
-		}
-		env, unrel := c.next()
-		c.apply(env)
-		if env.GetSnapshot() != nil && !unrel {
-			reliableFull++
-		}
-		if datagrams == 0 && reliableFull > 0 && e.g.m.oversizeReliable != nil {
-			// Deltas of a 200-agent window at 20 Hz are small: keep reading.
-		}
+			if got := testutil.ToFloat64(e.g.m.oversizeReliable); (got > 0) == tc.wantUnrel {
+				t.Fatalf("oversize counter %v", got)
+			}
+		})
 	}
 }

@@ -1,0 +1,103 @@
+package edge
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/oshun/egbe-edge/internal/redistest"
+)
+
+// TestFleetPxstream: two edges share one Redis. The only streamer registers
+// on edge B; the matchmaker on edge A leases it, and a player connected to
+// edge A signals with it across the fleet. A user's third concurrent match
+// is refused whichever edge it comes through.
+func TestFleetPxstream(t *testing.T) {
+	rds := redistest.StartServer(t)
+	secret := strings.Repeat("px-fleet-secret-", 3)
+	fleet := func(streamers int) func(*Config) {
+		return func(c *Config) {
+			c.RedisURL = "redis://" + rds.Addr + "/0"
+			c.JWTSecret = secret
+			c.DevStreamers = streamers
+		}
+	}
+	b := startEdge(t, fleet(3))
+	a := startEdge(t, fleet(0))
+
+	tok := a.devToken(t, "fleet-fan")
+	match := func(te *testEdge) (int, []byte) {
+		body, _ := json.Marshal(map[string]any{"client_region": "us-east", "codecs": []string{"H264"}, "entitlement": "paid"})
+		req, _ := http.NewRequest(http.MethodPost, te.httpURL("/api/v6/pxstream/match"), bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var buf bytes.Buffer
+		buf.ReadFrom(resp.Body)
+		return resp.StatusCode, buf.Bytes()
+	}
+	var m struct {
+		StreamerID    string `json:"streamer_id"`
+		SignallingURL string `json:"signalling_url"`
+	}
+	waitUntil(t, 30*time.Second, "edge A to lease a streamer registered on edge B", func() bool {
+		code, body := match(a)
+		if code != http.StatusOK {
+			return false
+		}
+		return json.Unmarshal(body, &m) == nil
+	})
+	// Drop-in signalling on A with B's streamer.
+	ws, _, err := websocket.DefaultDialer.Dial(strings.Replace(a.httpURL("/v6/pxstream/signalling"), "http", "ws", 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	read := func() map[string]any {
+		t.Helper()
+		_ = ws.SetReadDeadline(time.Now().Add(20 * time.Second))
+		var msg map[string]any
+		if err := ws.ReadJSON(&msg); err != nil {
+			t.Fatal(err)
+		}
+		return msg
+	}
+	if msg := read(); msg["type"] != "config" {
+		t.Fatalf("first message %v", msg)
+	}
+	_ = ws.WriteJSON(map[string]any{"type": "listStreamers"})
+	if msg := read(); msg["type"] != "streamerList" || !strings.Contains(toJSON(msg["ids"]), m.StreamerID) {
+		t.Fatalf("edge A's list %v does not show %s from edge B", msg, m.StreamerID)
+	}
+	_ = ws.WriteJSON(map[string]any{"type": "subscribe", "streamerId": m.StreamerID})
+	for {
+		msg := read()
+		if msg["type"] == "subscribeFailed" {
+			t.Fatalf("subscribe across edges: %v", msg)
+		}
+		if msg["type"] == "offer" {
+			break
+		}
+	}
+	// Global caps: the user holds one match (through A); a second through
+	// B is fine, a third through either edge is refused.
+	if code, body := match(b); code != http.StatusOK {
+		t.Fatalf("second match via B: %d %s", code, body)
+	}
+	if code, body := match(a); code != http.StatusConflict {
+		t.Fatalf("third match via A: %d %s, want 409", code, body)
+	}
+	if code, body := match(b); code != http.StatusConflict {
+		t.Fatalf("third match via B: %d %s, want 409", code, body)
+	}
+}
+
+func toJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
