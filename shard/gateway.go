@@ -182,12 +182,19 @@ func (g *Gateway) Ready() bool {
 	if g.draining.Load() {
 		return false
 	}
+	// One dead shard must not take every edge out of its load balancer:
+	// sessions for that shard's instances are refused with a typed
+	// shard_unavailable, everything else is served. Unready only when no
+	// shard at all can be reached.
+	if len(g.links) == 0 {
+		return true
+	}
 	for _, l := range g.links {
-		if !l.up() {
-			return false
+		if l.up() {
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // LinkUp reports whether the link to shard is connected.

@@ -161,7 +161,12 @@ func TestShardLossAndReconnect(t *testing.T) {
 		t.Fatalf("got %+v close %d", got, closeCode)
 	}
 	t.Logf("shard loss reached the client in %s", took)
-	waitFor(t, "readiness off", func() bool { return !e.g.Ready() })
+	// One dead shard of two: its link is down, the edge stays ready for the
+	// instances it can still serve.
+	waitFor(t, "east link down", func() bool { return !e.g.LinkUp("east") })
+	if !e.g.Ready() {
+		t.Fatal("edge went unready with one of its two shards still up")
+	}
 
 	// The other shard's session is untouched.
 	bystander.send(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Ping{Ping: &codec.Ping{ClientTimeMs: 9}}})
