@@ -1,7 +1,10 @@
 package signalling
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
+	"strings"
 	"testing"
 )
 
@@ -50,3 +53,46 @@ func TestStreamerListMatchesJSON(t *testing.T) {
 }
 
 func mustMarshal(v any) []byte { b, _ := json.Marshal(v); return b }
+
+func TestLazyLoggerMatchesWith(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    func(w *bytes.Buffer) slog.Handler
+	}{
+		{"text", func(w *bytes.Buffer) slog.Handler {
+			return slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})
+		}},
+		{"json", func(w *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(w, nil) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var eager, lazy bytes.Buffer
+			base := func(w *bytes.Buffer) *slog.Logger {
+				return slog.New(tc.h(w)).With("component", "signalling")
+			}
+			args := []any{"role", "player", "player", "Player7", "remote", "127.0.0.1:5000", slog.Int("n", 3)}
+			le := base(&eager).With(args...).With("session", "pxs_1")
+			ll := lazyLogger(base(&lazy), args...).With("session", "pxs_1")
+			for _, l := range []*slog.Logger{le, ll} {
+				l.Debug("dropped below info for json")
+				l.Info("message ignored", "reason", "bad_json", "bytes", 12)
+				l.WithGroup("g").Warn("grouped", "k", "v")
+			}
+			strip := func(s string) string { // timestamps differ
+				var out []string
+				for _, line := range strings.Split(s, "\n") {
+					if i := strings.Index(line, "level"); i >= 0 {
+						line = line[i:]
+					}
+					out = append(out, line)
+				}
+				return strings.Join(out, "\n")
+			}
+			if strip(eager.String()) != strip(lazy.String()) {
+				t.Fatalf("eager:\n%s\nlazy:\n%s", eager.String(), lazy.String())
+			}
+			if lazy.Len() == 0 {
+				t.Fatal("nothing logged")
+			}
+		})
+	}
+}

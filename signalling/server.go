@@ -299,7 +299,7 @@ func (s *Server) serveStreamer(w http.ResponseWriter, r *http.Request) {
 	if len(codecs) == 0 {
 		codecs = normCodecs(s.cfg.DefaultCodecs)
 	}
-	log := s.log.With("role", "streamer", "pop", pop, "remote", r.RemoteAddr)
+	log := lazyLogger(s.log, "role", "streamer", "pop", pop, "remote", r.RemoteAddr)
 	var greeting [][]byte
 	if authErr == nil {
 		// identify first, then config (Epic's order).
@@ -361,7 +361,7 @@ func (s *Server) servePlayer(w http.ResponseWriter, r *http.Request) {
 	id := "Player" + strconv.FormatUint(s.nextPlayer, 10)
 	s.nextPlayer++
 	s.mu.Unlock()
-	log := s.log.With("role", "player", "player", id, "remote", r.RemoteAddr)
+	log := lazyLogger(s.log, "role", "player", "player", id, "remote", r.RemoteAddr)
 	if sess != nil && authErr == nil {
 		log = log.With("session", sess.SessionID)
 	}
