@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/oshun/egbe-edge/admission"
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
@@ -68,6 +69,12 @@ func (e *Edge) buildPxstream() error {
 		hooks.Next = e.adm.px
 	}
 	deps := signalling.Deps{Signer: e.signer, Logger: e.logFor("signalling"), Registerer: e.reg, Leases: hooks}
+	if e.adm != nil {
+		idle := e.adm.policy.Idle
+		deps.Idle = func(start time.Time) signalling.IdleMachine {
+			return idleMachine{admission.NewIdleTracker(idle, start)}
+		}
+	}
 	if e.rdb != nil {
 		// With Redis the registry is the fleet's, and players on this edge
 		// can play streamers registered on any other.
@@ -120,6 +127,21 @@ func (e *Edge) buildPxstream() error {
 	}
 	e.px = &pxstream{srv: srv, mm: mm}
 	return nil
+}
+
+// idleMachine adapts admission's idle policy state machine to the broker.
+type idleMachine struct{ t *admission.IdleTracker }
+
+func (m idleMachine) Input(now time.Time)     { m.t.Input(now) }
+func (m idleMachine) DisconnectAt() time.Time { return m.t.Next() }
+func (m idleMachine) Tick(now time.Time) signalling.IdleStep {
+	switch m.t.Tick(now) {
+	case admission.IdlePrompt:
+		return signalling.IdlePrompt
+	case admission.IdleDisconnect:
+		return signalling.IdleDisconnect
+	}
+	return signalling.IdleNone
 }
 
 // extraServer is a listener served by one subsystem's handler.

@@ -46,6 +46,8 @@ type Config struct {
 	// their token nor in their URL.
 	DefaultPOP    string   `json:"default_pop"`
 	DefaultCodecs []string `json:"default_codecs"`
+	// IdleTick is how often leased sessions' idle machines are ticked.
+	IdleTick time.Duration `json:"idle_tick"`
 }
 
 // ProtocolVersion is sent in config.protocolVersion (Epic UE5.5).
@@ -64,6 +66,7 @@ func Default() Config {
 		LeaseGrace:            10 * time.Second,
 		DefaultPOP:            "local",
 		DefaultCodecs:         []string{"H264"},
+		IdleTick:              time.Second,
 	}
 }
 
@@ -85,6 +88,8 @@ func (c Config) Validate() error {
 		return bad("write_timeout and close_grace must be > 0, lease_grace >= 0")
 	case c.DefaultPOP == "":
 		return bad("default_pop empty")
+	case c.IdleTick <= 0:
+		return bad("idle_tick must be > 0")
 	}
 	if len(bytes.TrimSpace(c.PeerConnectionOptions)) > 0 {
 		var m map[string]json.RawMessage

@@ -48,6 +48,9 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	// Leases is optional.
 	Leases LeaseHooks
+	// Idle, when set, runs the idle lifecycle of leased (token-mode)
+	// sessions: it returns a new machine for a session that starts now.
+	Idle func(start time.Time) IdleMachine
 	// Cluster, when set (NewRedisCluster), makes this Server one edge of a
 	// fleet on Redis: the registry is fleet-wide and players signal with
 	// streamers on any edge. Nil (the default) is a single edge in memory.
@@ -62,16 +65,17 @@ const MaxIDBytes = 256
 
 // Server is the signalling broker. Its handlers may be mounted on any path.
 type Server struct {
-	cfg      Config             // immutable after New
-	log      *slog.Logger       // immutable after New
-	now      func() time.Time   // immutable after New
-	signer   *auth.Signer       // immutable after New
-	hooks    LeaseHooks         // immutable after New
-	cl       *Cluster           // immutable after New; nil on a single edge
-	reg      *Registry          // immutable after New
-	met      *metrics           // immutable after New
-	upgrader websocket.Upgrader // immutable after New
-	config   []byte             // immutable after New: the config message
+	cfg      Config                      // immutable after New
+	log      *slog.Logger                // immutable after New
+	now      func() time.Time            // immutable after New
+	signer   *auth.Signer                // immutable after New
+	hooks    LeaseHooks                  // immutable after New
+	cl       *Cluster                    // immutable after New; nil on a single edge
+	reg      *Registry                   // immutable after New
+	met      *metrics                    // immutable after New
+	upgrader websocket.Upgrader          // immutable after New
+	config   []byte                      // immutable after New: the config message
+	newIdle  func(time.Time) IdleMachine // immutable after New; nil: no idle lifecycle
 
 	mu         sync.Mutex
 	closed     bool                 // guarded by mu
@@ -83,6 +87,11 @@ type Server struct {
 	// identified streamer), shared by their queues; nil when the streamers
 	// changed since it was built. Guarded by mu.
 	list []byte
+	// idle holds the idle machine of each leased session with a player;
+	// idled the sessions ended for inactivity (their tokens no longer
+	// subscribe). Guarded by mu.
+	idle  map[string]IdleMachine
+	idled map[string]time.Time
 
 	// wg counts every reader and writer goroutine.
 	wg sync.WaitGroup
@@ -135,15 +144,18 @@ func New(cfg Config, d Deps) (*Server, error) {
 		pco = buf.Bytes()
 	}
 	s := &Server{
-		cfg:    cfg,
-		log:    d.Logger.With("component", "signalling"),
-		now:    d.Now,
-		signer: d.Signer,
-		hooks:  d.Leases,
-		reg:    newRegistry(d.Now, cfg.LeaseGrace),
-		config: msgConfig(pco),
-		conns:  make(map[*conn]struct{}),
-		byID:   make(map[string]*streamer),
+		cfg:     cfg,
+		log:     d.Logger.With("component", "signalling"),
+		now:     d.Now,
+		signer:  d.Signer,
+		hooks:   d.Leases,
+		reg:     newRegistry(d.Now, cfg.LeaseGrace),
+		config:  msgConfig(pco),
+		conns:   make(map[*conn]struct{}),
+		byID:    make(map[string]*streamer),
+		idle:    make(map[string]IdleMachine),
+		idled:   make(map[string]time.Time),
+		newIdle: d.Idle,
 	}
 	met, err := newMetrics(d.Registerer, s.reg)
 	if err != nil {
@@ -173,6 +185,10 @@ func (s *Server) Registry() *Registry { return s.reg }
 
 // Run returns when ctx is done, after closing every socket.
 func (s *Server) Run(ctx context.Context) error {
+	if s.newIdle != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.idleLoop(ctx) }()
+	}
 	<-ctx.Done()
 	s.Close()
 	return nil
@@ -433,6 +449,12 @@ func (s *Server) onStreamerFrame(st *streamer, b []byte) {
 		s.streamerToPlayer(st, &m)
 	case typeDisconnectPlayer:
 		s.disconnectPlayer(st, &m)
+	case typeIdleInput:
+		s.mu.Lock()
+		if p := st.lookupPlayer(&m); p != nil && p.session != nil {
+			s.idleInputLocked(p.session.SessionID)
+		}
+		s.mu.Unlock()
 	default:
 		s.ignore(st.conn, dropUnknownType, m.Type)
 	}
@@ -670,6 +692,12 @@ func (s *Server) onPlayerFrame(p *player, b []byte) {
 		s.afterLeft(p, left)
 	case typePing:
 		p.send(msgPong(&m))
+	case typeIdleInput:
+		if p.session != nil {
+			s.mu.Lock()
+			s.idleInputLocked(p.session.SessionID)
+			s.mu.Unlock()
+		}
 	case typeOffer, typeAnswer, typeIceCandidate, typeLayerPreference,
 		typeDataChannelRequest, typePeerDataChannelsReady:
 		s.playerToStreamer(p, &m)
@@ -735,6 +763,10 @@ func (s *Server) subscribeLocked(p *player, id string) bool {
 			p.send(msgSubscribeFailed(fmt.Sprintf("Streamer %s is not leased to this session.", id)))
 			return false
 		}
+		if _, gone := s.idled[p.session.SessionID]; gone {
+			p.send(msgSubscribeFailed("Session ended for inactivity: a new match is required."))
+			return false
+		}
 		if err := s.reg.st.claim(id, p.session.SessionID, s.now(), p.session.ExpiresAt); err != nil {
 			p.log.Info("subscribe refused", "streamer", id, "err", err)
 			p.send(msgSubscribeFailed(fmt.Sprintf("Streamer %s is leased to another session.", id)))
@@ -743,6 +775,9 @@ func (s *Server) subscribeLocked(p *player, id string) bool {
 	}
 	st.players[p.id] = p
 	p.streamer = st
+	if p.session != nil {
+		s.idleStartLocked(p.session.SessionID)
+	}
 	_ = s.reg.st.joined(id)
 	st.send(msgPlayerConnected(p.id))
 	return true
