@@ -54,6 +54,8 @@ func (e *Edge) buildAdmission() error {
 		rdb := redis.NewClient(opts)
 		e.closers = append(e.closers, rdb.Close)
 		e.rdb = rdb
+		e.board = state.NewRedisFleetBoard(rdb)
+		e.runners = append(e.runners, e.publishFleet)
 		leases = state.NewRedisLeases(rdb)
 		budgets = state.NewRedisBudgets(rdb)
 		// Only dev may create a fresh waiting room in an empty Redis: in prod

@@ -28,6 +28,7 @@ import (
 	"github.com/oshun/egbe-edge/internal/iceport"
 	"github.com/oshun/egbe-edge/shard"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
+	"github.com/oshun/egbe-edge/state"
 )
 
 // devCertValidity: Chromium accepts serverCertificateHashes only for
@@ -73,6 +74,7 @@ type Edge struct {
 	px         *pxstream
 	adm        *admissionPlane
 	rdb        *redis.Client       // nil without --redis-url
+	board      state.FleetBoard    // nil without --redis-url: the operator page's fleet view
 	edgeID     string              // unique in the fleet: names this edge in shared state
 	pxAdmitter matchmaker.Admitter // nil: admit every match
 	// extraServers are listeners owned by subsystems (Epic ports).

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -98,6 +99,31 @@ func TestFleetPxstream(t *testing.T) {
 	if code, body := match(b); code != http.StatusConflict {
 		t.Fatalf("third match via B: %d %s, want 409", code, body)
 	}
+
+	// The operator page on A shows the fleet: both edges, and a realtime
+	// session held on B.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := b.dial(t, "websocket", false)
+	if _, err := c.Hello(ctx, helloFor(b.devToken(t, "seen-from-a"))); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 15*time.Second, "edge A's fleet view to count both edges and B's session", func() bool {
+		resp, err := http.Get(a.adminURL("/ops/metrics.json"))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var snap opsSnapshot
+		if json.NewDecoder(resp.Body).Decode(&snap) != nil || snap.Fleet == nil || snap.Fleet.Edges != 2 {
+			return false
+		}
+		var sessions float64
+		for _, smp := range snap.Families["egbe_shard_sessions"] {
+			sessions += smp.Value
+		}
+		return sessions >= 1
+	})
 }
 
 func toJSON(v any) string { b, _ := json.Marshal(v); return string(b) }

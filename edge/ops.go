@@ -1,7 +1,10 @@
 package edge
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +29,83 @@ type opsSnapshot struct {
 // fleetSummary is filled when the edge is a member of a Redis fleet.
 type fleetSummary struct {
 	Edges int `json:"edges"`
+}
+
+// fleetPublishEvery is how often an edge publishes its dashboard figures;
+// a snapshot lapses after fleetSnapshotTTL without a refresh (a dead edge
+// leaves the fleet view).
+const (
+	fleetPublishEvery = 2 * time.Second
+	fleetSnapshotTTL  = 3 * fleetPublishEvery
+)
+
+// dashboardFamilies: only egbe_* families go to the fleet board (the Go
+// runtime's figures are per process and meaningless summed).
+func dashboardFamilies(all map[string][]opsSample) map[string][]opsSample {
+	out := make(map[string][]opsSample, len(all))
+	for name, samples := range all {
+		if strings.HasPrefix(name, "egbe_") {
+			out[name] = samples
+		}
+	}
+	return out
+}
+
+// publishFleet puts this edge's figures on the fleet board until ctx ends.
+func (e *Edge) publishFleet(ctx context.Context) error {
+	t := time.NewTicker(fleetPublishEvery)
+	defer t.Stop()
+	for {
+		if fams, err := gatherOps(e.reg); err == nil {
+			if b, err := json.Marshal(dashboardFamilies(fams)); err == nil {
+				pctx, cancel := context.WithTimeout(ctx, time.Second)
+				_ = e.board.Publish(pctx, e.edgeID, b, fleetSnapshotTTL) // a Redis outage only stales the fleet view
+				cancel()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// fleetFamilies sums every live edge's published figures series by series.
+func (e *Edge) fleetFamilies(ctx context.Context) (map[string][]opsSample, int, error) {
+	snaps, err := e.board.Snapshots(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	type key struct{ fam, labels string }
+	sums := map[key]*opsSample{}
+	order := map[string][]key{}
+	for _, b := range snaps {
+		var fams map[string][]opsSample
+		if json.Unmarshal(b, &fams) != nil {
+			continue
+		}
+		for fam, samples := range fams {
+			for _, smp := range samples {
+				lb, _ := json.Marshal(smp.Labels)
+				k := key{fam, string(lb)}
+				if acc, ok := sums[k]; ok {
+					acc.Value += smp.Value
+					continue
+				}
+				c := smp
+				sums[k] = &c
+				order[fam] = append(order[fam], k)
+			}
+		}
+	}
+	out := make(map[string][]opsSample, len(order))
+	for fam, keys := range order {
+		for _, k := range keys {
+			out[fam] = append(out[fam], *sums[k])
+		}
+	}
+	return out, len(snaps), nil
 }
 
 // gatherOps turns a registry into the dashboard's JSON: counters and
@@ -65,12 +145,23 @@ func gatherOps(g prometheus.Gatherer) (map[string][]opsSample, error) {
 func (e *Edge) mountOps(m *http.ServeMux) {
 	m.Handle("/ops/", http.StripPrefix("/ops/", http.FileServerFS(web.Ops())))
 	m.HandleFunc("/ops", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ops/", http.StatusFound) })
+	// /ops/metrics.json: this edge's figures, or with ?scope=fleet (the
+	// page's default when the edge has Redis) the whole fleet's, summed.
 	m.HandleFunc("/ops/metrics.json", func(w http.ResponseWriter, r *http.Request) {
+		if e.board != nil && r.URL.Query().Get("scope") != "edge" {
+			fams, edges, err := e.fleetFamilies(r.Context())
+			if err != nil {
+				writeError(w, http.StatusServiceUnavailable, "state_unavailable", "fleet figures: %v", err)
+				return
+			}
+			writeJSON(w, http.StatusOK, opsSnapshot{TS: time.Now().UnixMilli(), Families: fams, Fleet: &fleetSummary{Edges: edges}})
+			return
+		}
 		fams, err := gatherOps(e.reg)
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, "internal", "%v", err)
 			return
 		}
-		writeJSON(w, http.StatusOK, opsSnapshot{TS: time.Now().UnixMilli(), Families: fams, Fleet: e.fleetSummary()})
+		writeJSON(w, http.StatusOK, opsSnapshot{TS: time.Now().UnixMilli(), Families: fams})
 	})
 }

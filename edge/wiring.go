@@ -50,9 +50,6 @@ func (e *Edge) serveExtra(serve func(ln net.Listener, h http.Handler, tlsOn bool
 	}
 }
 
-// fleetSummary describes the fleet when the edge shares Redis state.
-func (e *Edge) fleetSummary() *fleetSummary { return nil }
-
 var _ = context.Background
 
 // PolicyCheck implements `egbe-edge policy check [FILE]`: it runs the
