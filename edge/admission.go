@@ -18,6 +18,7 @@ import (
 	"github.com/oshun/egbe-edge/shard"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
 	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/web"
 )
 
 // admissionPlane holds admission's pieces and the state behind them.
@@ -104,6 +105,9 @@ func (e *Edge) mountAdmission() {
 	e.mainMux.Handle("/api/v3/lilith/waitlist", routes)
 	e.mainMux.Handle("/api/v3/lilith/waitlist/", routes)
 	e.mainMux.Handle("/api/v1/queue/", routes)
+	// The waiting-room page: position, live wait estimate, and the Tier-2
+	// fallback as a no-penalty exit.
+	e.mainMux.Handle("/queue/", http.StripPrefix("/queue/", http.FileServerFS(web.Queue())))
 }
 
 // realtimeAdmission adapts the handshake admitter to the shard gateway's

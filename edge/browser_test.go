@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/oshun/egbe-edge/auth"
 )
 
 // runNode runs a browser-test script under web/browsertest with args and
@@ -131,4 +135,48 @@ func TestOpsPageRendersCharts(t *testing.T) {
 		t.Fatalf("screenshot %s: %v", shot, err)
 	}
 	t.Logf("operator page: %d charts, %d with data; screenshot %s", r.Charts, r.WithData, shot)
+}
+
+// TestQueuePage: with the waiting room armed, the queue page joins the
+// line, shows the answer, and offers the Tier-2 fallback exit.
+func TestQueuePage(t *testing.T) {
+	te := startEdge(t, nil)
+	op, err := te.Signer().IssueAccess(auth.Access{Subject: "ops-1", Roles: []string{"operator"}}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, te.httpURL("/api/v1/queue/arm"), strings.NewReader(`{"region":"","armed":true}`))
+	req.Header.Set("Authorization", "Bearer "+op)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("arm: %d", resp.StatusCode)
+	}
+	var r struct {
+		OK     bool `json:"ok"`
+		Status struct {
+			Status      string `json:"status"`
+			FallbackURL string `json:"fallbackUrl"`
+			Region      string `json:"region"`
+			Admission   string `json:"admissionTicket"`
+			Position    int64  `json:"position"`
+		} `json:"status"`
+		FallbackHref string   `json:"fallbackHref"`
+		Errors       []string `json:"errors"`
+		Title        string   `json:"title"`
+	}
+	runNode(t, "queue.mjs", 60*time.Second, &r, te.httpURL(""))
+	if !r.OK || r.FallbackHref == "" || r.Status.FallbackURL == "" {
+		t.Fatalf("queue page: %+v", r)
+	}
+	if st := r.Status.Status; st != "queued" && st != "admitted" {
+		t.Fatalf("queue page status %q (%+v)", st, r)
+	}
+	if r.Status.Status == "admitted" && r.Status.Admission == "" {
+		t.Fatalf("admitted without an admission ticket: %+v", r)
+	}
 }

@@ -14,8 +14,14 @@ var demoFS embed.FS
 //go:embed ops
 var opsFS embed.FS
 
+//go:embed queue
+var queueFS embed.FS
+
 // Demo is the demo page's file tree (index.html at its root).
 func Demo() fs.FS { return sub(demoFS, "demo") }
+
+// Queue is the waiting-room page's file tree (index.html at its root).
+func Queue() fs.FS { return sub(queueFS, "queue") }
 
 // Ops is the operator dashboard's file tree (index.html at its root).
 func Ops() fs.FS { return sub(opsFS, "ops") }
