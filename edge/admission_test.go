@@ -107,20 +107,7 @@ func TestRealtimeUserCap(t *testing.T) {
 func TestPxstreamUserCap(t *testing.T) {
 	te := startEdge(t, func(c *Config) { c.DevStreamers = 3 })
 	tok := te.devToken(t, "streamer-fan")
-	match := func() (int, string) {
-		b, _ := json.Marshal(map[string]any{"client_region": "us-east", "codecs": []string{"H264"}, "entitlement": "paid"})
-		req, _ := http.NewRequest(http.MethodPost, te.httpURL("/api/v6/pxstream/match"), bytes.NewReader(b))
-		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var buf bytes.Buffer
-		buf.ReadFrom(resp.Body)
-		return resp.StatusCode, buf.String()
-	}
+	match := func() (int, string) { code, body := te.match(t, tok); return code, string(body) }
 	waitUntil(t, 20*time.Second, "three idle dev streamers", func() bool {
 		return te.px.mm.Dashboard().Totals.Idle >= 3
 	})

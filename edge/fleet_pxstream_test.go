@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -32,19 +31,7 @@ func TestFleetPxstream(t *testing.T) {
 	a := startEdge(t, fleet(0))
 
 	tok := a.devToken(t, "fleet-fan")
-	match := func(te *testEdge) (int, []byte) {
-		body, _ := json.Marshal(map[string]any{"client_region": "us-east", "codecs": []string{"H264"}, "entitlement": "paid"})
-		req, _ := http.NewRequest(http.MethodPost, te.httpURL("/api/v6/pxstream/match"), bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var buf bytes.Buffer
-		buf.ReadFrom(resp.Body)
-		return resp.StatusCode, buf.Bytes()
-	}
+	match := func(te *testEdge) (int, []byte) { return te.match(t, tok) }
 	var m struct {
 		StreamerID    string `json:"streamer_id"`
 		SignallingURL string `json:"signalling_url"`

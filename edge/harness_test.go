@@ -123,3 +123,22 @@ func (w *testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(bytes.TrimSpace(p)))
 	return len(p), nil
 }
+
+// match asks te's matchmaker for a paid H.264 session in us-east, with an
+// access token when tok is not empty; it returns the status and body.
+func (te *testEdge) match(t *testing.T, tok string) (int, []byte) {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"client_region": "us-east", "codecs": []string{"H264"}, "entitlement": "paid"})
+	req, _ := http.NewRequest(http.MethodPost, te.httpURL("/api/v6/pxstream/match"), bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, body
+}
