@@ -70,18 +70,19 @@ func (e *Edge) buildAdmission() error {
 	} else {
 		leases, budgets, queue = state.NewMemoryLeases(), state.NewMemoryBudgets(), state.NewMemoryQueue()
 	}
+	fleet := &fleetView{e: e}
 	m, err := admission.NewMetrics(e.reg)
 	if err != nil {
 		return err
 	}
 	audit := admission.NewAuditor(os.Stderr, nil)
 	room, err := admission.NewRoom(policy, admission.RoomDeps{
-		Queue: queue, Signer: e.signer, Utilisation: &fleetView{e: e}, Audit: audit, Metrics: m, Logger: e.logFor("waiting-room"),
+		Queue: queue, Signer: e.signer, Utilisation: fleet, Audit: audit, Metrics: m, Logger: e.logFor("waiting-room"),
 	})
 	if err != nil {
 		return err
 	}
-	resolver := admission.NewResolver(policy, &fleetView{e: e}, nil, m)
+	resolver := admission.NewResolver(policy, fleet, nil, m)
 	a := &admissionPlane{
 		policy:    policy,
 		room:      room,
@@ -262,20 +263,40 @@ func (p *pxAdmission) run(ctx context.Context) error {
 }
 
 // fleetView reads the live Pixel Streaming fleet for admission: launch
-// candidates per client region and utilisation per POP.
-type fleetView struct{ e *Edge }
+// candidates per client region and utilisation per POP. The waiting room
+// asks on every join and poll, so the matchmaker's dashboard (a registry
+// snapshot; a Redis script in a fleet) is reused for fleetViewTTL.
+type fleetView struct {
+	e *Edge
+
+	mu   sync.Mutex
+	rows map[string]matchmaker.DashboardPOP // guarded by mu
+	at   time.Time                          // guarded by mu: when rows were read
+}
+
+const fleetViewTTL = time.Second
+
+func (f *fleetView) pops() map[string]matchmaker.DashboardPOP {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rows != nil && time.Since(f.at) < fleetViewTTL {
+		return f.rows
+	}
+	rows := map[string]matchmaker.DashboardPOP{}
+	for _, row := range f.e.px.mm.Dashboard().POPs {
+		rows[row.ID] = row
+	}
+	f.rows, f.at = rows, time.Now()
+	return rows
+}
 
 func (f *fleetView) PopCandidates(_ context.Context, clientRegion string) ([]admission.PopCandidate, error) {
 	if f.e.px == nil {
 		return nil, nil
 	}
-	topo := f.e.px.mm.Topology()
-	byID := map[string]matchmaker.DashboardPOP{}
-	for _, row := range f.e.px.mm.Dashboard().POPs {
-		byID[row.ID] = row
-	}
+	byID := f.pops()
 	var out []admission.PopCandidate
-	for _, pop := range topo.POPs {
+	for _, pop := range f.e.px.mm.Topology().POPs {
 		rtt, known := pop.RTTMs[clientRegion]
 		if !known {
 			continue
@@ -291,12 +312,8 @@ func (f *fleetView) RegionUtilisationBP(popRegion string) (int, bool) {
 	if f.e.px == nil {
 		return 0, false
 	}
-	for _, row := range f.e.px.mm.Dashboard().POPs {
-		if row.ID == popRegion {
-			return row.UtilisationBP, true
-		}
-	}
-	return 0, false
+	row, ok := f.pops()[popRegion]
+	return row.UtilisationBP, ok
 }
 
 func newHolderID() string {
