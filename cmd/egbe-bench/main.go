@@ -6,6 +6,9 @@
 //	egbe-bench echo     --edge-bin PATH --transport websocket --sessions 1000 --rate 20 --duration 20s [--baseline]
 //	egbe-bench pxstream --edge-bin PATH --pairs 200 --handshakes 20000 [--idle 19000] [--edge-taskset 1]
 //	egbe-bench match    --edge-bin PATH --streamers 1000 --decisions 20000 [--edge-taskset 1]
+//	egbe-bench voice    --edge-bin PATH --speakers 4 --listeners 20 --duration 15s [--edge-taskset 1]
+//	egbe-bench surge    --edge-bin PATH --rate 3300 --duration 60s [--max --workers 64]
+//	egbe-bench world    --edge-bin PATH --shard-bin PATH --clients 1000 --instances 10 --agents 500 --duration 15s [--transport websocket]
 //	egbe-bench serve-baseline-echo --listen 127.0.0.1:9999   (used by --baseline)
 //
 // Pin the client and the edge to different cores and compare CPU time:
@@ -32,7 +35,7 @@ import (
 func main() { os.Exit(run(os.Args[1:])) }
 
 func usage() int {
-	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|pxstream|match|serve-baseline-echo [flags]  (egbe-bench SCENARIO --help)")
+	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|pxstream|match|voice|surge|world|serve-baseline-echo [flags]  (egbe-bench SCENARIO --help)")
 	return 2
 }
 
@@ -50,6 +53,12 @@ func run(args []string) int {
 		err = bench.PxstreamCommand(ctx, args[1:])
 	case "match":
 		err = bench.MatchCommand(ctx, args[1:])
+	case "voice":
+		err = bench.VoiceCommand(ctx, args[1:])
+	case "surge":
+		err = bench.SurgeCommand(ctx, args[1:])
+	case "world":
+		err = bench.WorldCommand(ctx, args[1:])
 	case "serve-baseline-echo":
 		fs := flag.NewFlagSet(args[0], flag.ExitOnError)
 		listen := fs.String("listen", "127.0.0.1:0", "address")
