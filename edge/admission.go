@@ -201,9 +201,9 @@ func (p *pxAdmission) Admit(ctx context.Context, r matchmaker.Request) (matchmak
 
 // OnPlayerSubscribed, OnPlayerLeft and CheckOffer follow the broker so a
 // streaming session's admission lease lives exactly as long as it streams.
-func (p *pxAdmission) OnPlayerSubscribed(sessionID, _ string) { p.setLive(sessionID, true) }
-func (p *pxAdmission) OnPlayerLeft(sessionID string)          { p.setLive(sessionID, false) }
-func (p *pxAdmission) CheckOffer(string, string) error        { return nil }
+func (p *pxAdmission) OnPlayerSubscribed(sessionID, _ string)  { p.setLive(sessionID, true) }
+func (p *pxAdmission) OnPlayerLeft(sessionID string)           { p.setLive(sessionID, false) }
+func (p *pxAdmission) CheckOffer(string, string, string) error { return nil }
 
 func (p *pxAdmission) setLive(sid string, live bool) {
 	p.mu.Lock()

@@ -29,10 +29,12 @@ type LeaseHooks interface {
 	// streamer.
 	OnPlayerLeft(sessionID string)
 	// CheckOffer vets the streamer's offer SDP for sessionID (the leased
-	// codec must be in m=video). An error drops the offer, sends the player
-	// subscribeFailed with the error text, unsubscribes it and releases the
-	// session's lease.
-	CheckOffer(sessionID, sdp string) error
+	// codec must be in m=video). leasedCodec is the codec claim of the
+	// player's signed session token, so the check holds on whichever edge
+	// the streamer is, not only the one that made the match. An error drops
+	// the offer, sends the player subscribeFailed with the error text,
+	// unsubscribes it and releases the session's lease.
+	CheckOffer(sessionID, leasedCodec, sdp string) error
 }
 
 // Deps are what a Server uses besides its Config.
@@ -587,7 +589,7 @@ func (s *Server) streamerToPlayer(st *streamer, m *Message) {
 	}
 	if m.Type == typeOffer && p.session != nil && s.hooks != nil {
 		sdp, _ := m.String("sdp")
-		if err := s.hooks.CheckOffer(p.session.SessionID, sdp); err != nil {
+		if err := s.hooks.CheckOffer(p.session.SessionID, p.session.Codec, sdp); err != nil {
 			s.rejectOffer(st, p, err)
 			return
 		}

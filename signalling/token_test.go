@@ -184,7 +184,7 @@ func (k *hooks) OnPlayerSubscribed(sid, streamerID string) {
 	k.add("subscribed " + sid + " " + streamerID)
 }
 func (k *hooks) OnPlayerLeft(sid string) { k.add("left " + sid) }
-func (k *hooks) CheckOffer(sid, sdp string) error {
+func (k *hooks) CheckOffer(sid, _, sdp string) error {
 	k.add("check " + sid + " " + strings.TrimSpace(sdp))
 	if strings.Contains(sdp, "VP8") {
 		return k.reject

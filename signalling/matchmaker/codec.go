@@ -87,18 +87,23 @@ var _ signalling.LeaseHooks = Hooks{}
 // Hooks returns the broker hook adapter.
 func (m *Matchmaker) Hooks() Hooks { return Hooks{m: m} }
 
-// CheckOffer looks up the session's leased codec and runs CheckOffer.
-func (h Hooks) CheckOffer(sessionID, sdp string) error {
-	codec, ok := h.m.leaseCodec(sessionID)
-	if !ok {
-		return fmt.Errorf("%w: %q", ErrUnknownSession, sessionID)
+// CheckOffer runs CheckOffer with the session's leased codec: the signed
+// token's claim when the broker has one (any edge of a fleet can check it),
+// else what this matchmaker remembers of its own lease.
+func (h Hooks) CheckOffer(sessionID, leasedCodec, sdp string) error {
+	codec := leasedCodec
+	if codec == "" {
+		var ok bool
+		if codec, ok = h.m.leaseCodec(sessionID); !ok {
+			return fmt.Errorf("%w: %q", ErrUnknownSession, sessionID)
+		}
 	}
 	if err := CheckOffer(codec, sdp); err != nil {
 		h.m.metrics.refused(ReasonCodecMismatch)
 		return err
 	}
 	if h.Next != nil {
-		return h.Next.CheckOffer(sessionID, sdp)
+		return h.Next.CheckOffer(sessionID, leasedCodec, sdp)
 	}
 	return nil
 }

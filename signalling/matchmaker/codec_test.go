@@ -57,17 +57,25 @@ func TestOfferCheckUsesLeaseCodec(t *testing.T) {
 		t.Fatal(err)
 	}
 	hook := r.m.Hooks()
-	if err := hook.CheckOffer(got.SessionID, readSDP(t, "ue_offer_av1.sdp")); err != nil {
+	if err := hook.CheckOffer(got.SessionID, "", readSDP(t, "ue_offer_av1.sdp")); err != nil {
 		t.Fatalf("matching offer: %v", err)
 	}
-	if err := hook.CheckOffer(got.SessionID, readSDP(t, "ue_offer_h264.sdp")); !errors.Is(err, ErrCodecNotOffered) {
+	if err := hook.CheckOffer(got.SessionID, "", readSDP(t, "ue_offer_h264.sdp")); !errors.Is(err, ErrCodecNotOffered) {
 		t.Fatalf("mismatched offer: %v", err)
 	}
-	if err := hook.CheckOffer("pxs_unknown", readSDP(t, "ue_offer_av1.sdp")); !errors.Is(err, ErrUnknownSession) {
+	if err := hook.CheckOffer("pxs_unknown", "", readSDP(t, "ue_offer_av1.sdp")); !errors.Is(err, ErrUnknownSession) {
 		t.Fatalf("unknown session: %v", err)
 	}
+	// A session matched on another edge: this matchmaker never saw it, but
+	// the signed token's codec claim is enough to check the offer.
+	if err := hook.CheckOffer("pxs_elsewhere", "AV1", readSDP(t, "ue_offer_av1.sdp")); err != nil {
+		t.Fatalf("token codec, matching offer: %v", err)
+	}
+	if err := hook.CheckOffer("pxs_elsewhere", "AV1", readSDP(t, "ue_offer_h264.sdp")); !errors.Is(err, ErrCodecNotOffered) {
+		t.Fatalf("token codec, mismatched offer: %v", err)
+	}
 	r.m.Release(got.SessionID)
-	if err := hook.CheckOffer(got.SessionID, readSDP(t, "ue_offer_av1.sdp")); !errors.Is(err, ErrUnknownSession) {
+	if err := hook.CheckOffer(got.SessionID, "", readSDP(t, "ue_offer_av1.sdp")); !errors.Is(err, ErrUnknownSession) {
 		t.Fatalf("released session: %v", err)
 	}
 }

@@ -161,7 +161,7 @@ func TestCodecMismatchEndToEnd(t *testing.T) {
 		s, _ := r.srv.Registry().Get(m.StreamerID)
 		return s.State == signalling.StateIdle && s.SessionID == ""
 	})
-	if err := r.mm.Hooks().CheckOffer(m.SessionID, "m=video 9 X 96\r\na=rtpmap:96 H264/90000\r\n"); !errors.Is(err, ErrCodecNotOffered) {
+	if err := r.mm.Hooks().CheckOffer(m.SessionID, "", "m=video 9 X 96\r\na=rtpmap:96 H264/90000\r\n"); !errors.Is(err, ErrCodecNotOffered) {
 		t.Fatalf("hook: %v", err)
 	}
 }
