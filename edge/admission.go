@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oshun/egbe-edge/admission"
+	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/shard"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
 	"github.com/oshun/egbe-edge/state"
@@ -194,7 +195,9 @@ func (p *pxAdmission) Admit(ctx context.Context, r matchmaker.Request) (matchmak
 		return matchmaker.Decision{}, err
 	}
 	p.mu.Lock()
-	p.leases[r.SessionID] = pxLease{lease: d.Lease, until: time.Now().Add(2 * time.Minute)}
+	// Until the match's session token lapses, the lease is held for the
+	// player to connect; after that only while a player streams.
+	p.leases[r.SessionID] = pxLease{lease: d.Lease, until: time.Now().Add(auth.PxSessionDefaultTTL)}
 	p.mu.Unlock()
 	return matchmaker.Decision{Release: func() { p.release(r.SessionID) }}, nil
 }

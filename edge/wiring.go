@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -43,14 +42,12 @@ func (e *Edge) subsystemsReady() bool {
 	return true
 }
 
-// serveExtra serves listeners owned by subsystems (Epic ports, HTTP/3).
+// serveExtra serves listeners owned by subsystems (the Epic ports).
 func (e *Edge) serveExtra(serve func(ln net.Listener, h http.Handler, tlsOn bool)) {
 	for _, x := range e.extraServers {
 		serve(x.ln, x.h, false)
 	}
 }
-
-var _ = context.Background
 
 // PolicyCheck implements `egbe-edge policy check [FILE]`: it runs the
 // decision-distribution gate over the policy file (the shipped defaults
