@@ -23,7 +23,9 @@ type FleetBoard interface {
 type RedisFleetBoard struct{ rdb redis.UniversalClient }
 
 // NewRedisFleetBoard returns a board on rdb.
-func NewRedisFleetBoard(rdb redis.UniversalClient) *RedisFleetBoard { return &RedisFleetBoard{rdb: rdb} }
+func NewRedisFleetBoard(rdb redis.UniversalClient) *RedisFleetBoard {
+	return &RedisFleetBoard{rdb: rdb}
+}
 
 const (
 	fleetIndex     = "{egbe-fleet}:edges"
