@@ -78,7 +78,7 @@ func (e *Edge) buildAdmission() error {
 	}
 	audit := admission.NewAuditor(os.Stderr, nil)
 	room, err := admission.NewRoom(policy, admission.RoomDeps{
-		Queue: queue, Signer: e.signer, Utilisation: fleet, Audit: audit, Metrics: m, Logger: e.logFor("waiting-room"),
+		Queue: queue, Signer: e.signer, Utilisation: fleet, Audit: audit, Metrics: m, Logger: e.base,
 	})
 	if err != nil {
 		return err

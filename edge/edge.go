@@ -338,6 +338,9 @@ func (e *Edge) Run(ctx context.Context) error {
 	}
 	e.ready.Store(true)
 	e.log.Info("egbe-edge serving", "mode", e.cfg.Mode, "addrs", fmt.Sprintf("%+v", e.Addrs()))
+	if e.cfg.Mode == ModeDev && e.httpLn != nil {
+		e.log.Info("demo page: http://localhost:"+strconv.Itoa(portOf(e.httpLn.Addr().String()))+"/", "ops", "http://"+e.adminLn.Addr().String()+"/ops/")
+	}
 
 	<-gctx.Done()
 	// Readiness goes first so load balancers stop sending new clients.

@@ -44,7 +44,7 @@ func (e *Edge) buildPxstream() error {
 	mcfg.RequireAccessToken = e.cfg.Mode == ModeProd
 	mm, err := matchmaker.New(mcfg, matchmaker.Deps{
 		Fleet: fleet, Signer: e.signer, Topology: topo, Admitter: e.pxAdmitter,
-		Logger: e.logFor("matchmaker"), Registerer: e.reg,
+		Logger: e.base, Registerer: e.reg,
 	})
 	if err != nil {
 		return err
@@ -68,7 +68,7 @@ func (e *Edge) buildPxstream() error {
 		// Admission's concurrency lease follows the player subscribing and leaving.
 		hooks.Next = e.adm.px
 	}
-	deps := signalling.Deps{Signer: e.signer, Logger: e.logFor("signalling"), Registerer: e.reg, Leases: hooks}
+	deps := signalling.Deps{Signer: e.signer, Logger: e.base, Registerer: e.reg, Leases: hooks}
 	if e.adm != nil {
 		idle := e.adm.policy.Idle
 		deps.Idle = func(start time.Time) signalling.IdleMachine {

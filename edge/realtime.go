@@ -119,7 +119,7 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 		Admit:         e.admitter,
 		Voice:         e.voiceHooks,
 		FallbackChain: func() []string { return chain },
-		Logger:        e.logFor("gateway"),
+		Logger:        e.base, // the gateway tags its own component
 		Registerer:    e.reg,
 	})
 	if err != nil {
@@ -129,7 +129,7 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 	serve := func(ctx context.Context, c transport.Conn) { gw.Serve(ctx, shardConn{c}) }
 
 	tm := transport.NewMetrics(e.reg)
-	tlog := e.logFor("transport")
+	tlog := e.base // transports tag their own component
 	if rt.ws, err = transport.NewWebSocket(tcfg.WebSocket, serve, tlog, tm); err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func (e *Edge) buildVoice(bridge *voiceBridge) error {
 	cfg.Slots = e.cfg.VoiceSlots
 	s, err := sfu.New(cfg, sfu.Deps{
 		Port: e.ice, Signer: e.signer, Sessions: voiceSessions{e.rt.gw}, Notifier: e.rt.gw,
-		Logger: e.logFor("sfu"), Registerer: e.reg,
+		Logger: e.base, Registerer: e.reg,
 	})
 	if err != nil {
 		return err
