@@ -134,7 +134,7 @@ func (t *WebTransport) Serve(ctx context.Context, pconn net.PacketConn, tlsConf 
 		defer cancel()
 		_ = t.Shutdown(sctx)
 	})
-	err := srv.Serve(pconn)
+	err := t.serveQUIC(srv, h3, pconn)
 	if t.isClosing() {
 		<-t.stopped // the AfterFunc's Shutdown, if it was that, has finished
 		stop()
@@ -142,6 +142,28 @@ func (t *WebTransport) Serve(ctx context.Context, pconn net.PacketConn, tlsConf 
 	}
 	stop()
 	return fmt.Errorf("transport: webtransport serve: %w", err)
+}
+
+// serveQUIC accepts QUIC connections on pconn and hands each to srv until
+// Shutdown. webtransport-go's own Server.Serve adds to a WaitGroup that
+// Server.Close waits on, which races when a shutdown lands while Serve is
+// still starting; ServeQUICConn does not touch it, so the accept loop is
+// ours.
+func (t *WebTransport) serveQUIC(srv *webtransport.Server, h3 *http3.Server, pconn net.PacketConn) error {
+	ln, err := quic.ListenEarly(pconn, h3.TLSConfig, h3.QUICConfig)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	var conns sync.WaitGroup
+	defer conns.Wait() // each ends when srv.Close closes its connection
+	for {
+		qconn, err := ln.Accept(t.baseCtx)
+		if err != nil {
+			return err
+		}
+		conns.Go(func() { _ = srv.ServeQUICConn(qconn) })
+	}
 }
 
 func (t *WebTransport) isClosing() bool {
