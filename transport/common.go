@@ -1,7 +1,9 @@
 package transport
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync"
 )
@@ -51,3 +53,25 @@ type bufPool struct{ p sync.Pool }
 
 func (b *bufPool) Get() any  { return b.p.Get() }
 func (b *bufPool) Put(x any) { b.p.Put(x) }
+
+// readLanes returns the next message queued on either lane — queued
+// messages first, even when the connection has ended — or why it ended.
+func readLanes(ctx context.Context, reliable, unreliable <-chan []byte, done <-chan struct{}, reason func() error) (Message, error) {
+	select {
+	case m := <-reliable:
+		return Message{Lane: Reliable, Data: m}, nil
+	case m := <-unreliable:
+		return Message{Lane: Unreliable, Data: m}, nil
+	default:
+	}
+	select {
+	case m := <-reliable:
+		return Message{Lane: Reliable, Data: m}, nil
+	case m := <-unreliable:
+		return Message{Lane: Unreliable, Data: m}, nil
+	case <-done:
+		return Message{}, reason()
+	case <-ctx.Done():
+		return Message{}, fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
+	}
+}

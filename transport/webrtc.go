@@ -463,23 +463,7 @@ func (c *rtcConn) Done() <-chan struct{} { return c.done }
 
 // Read returns the next message from either lane, queued messages first.
 func (c *rtcConn) Read(ctx context.Context) (Message, error) {
-	select {
-	case m := <-c.reliable:
-		return Message{Lane: Reliable, Data: m}, nil
-	case m := <-c.unreliable:
-		return Message{Lane: Unreliable, Data: m}, nil
-	default:
-	}
-	select {
-	case m := <-c.reliable:
-		return Message{Lane: Reliable, Data: m}, nil
-	case m := <-c.unreliable:
-		return Message{Lane: Unreliable, Data: m}, nil
-	case <-c.done:
-		return Message{}, c.reason()
-	case <-ctx.Done():
-		return Message{}, fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
-	}
+	return readLanes(ctx, c.reliable, c.unreliable, c.done, c.reason)
 }
 
 // WriteReliable waits while the channel has more than ReliableHighWater

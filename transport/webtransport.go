@@ -399,23 +399,7 @@ func (c *wtConn) Done() <-chan struct{} { return c.done }
 
 // Read returns the next message from either lane, queued messages first.
 func (c *wtConn) Read(ctx context.Context) (Message, error) {
-	select {
-	case m := <-c.reliable:
-		return Message{Lane: Reliable, Data: m}, nil
-	case m := <-c.unreliable:
-		return Message{Lane: Unreliable, Data: m}, nil
-	default:
-	}
-	select {
-	case m := <-c.reliable:
-		return Message{Lane: Reliable, Data: m}, nil
-	case m := <-c.unreliable:
-		return Message{Lane: Unreliable, Data: m}, nil
-	case <-c.done:
-		return Message{}, c.reason()
-	case <-ctx.Done():
-		return Message{}, fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
-	}
+	return readLanes(ctx, c.reliable, c.unreliable, c.done, c.reason)
 }
 
 // WriteReliable writes one framed message on the reliable stream.
