@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -41,6 +42,11 @@ type Config struct {
 
 	// PublicIPs replace the ICE host candidates' addresses (1:1 NAT).
 	PublicIPs []string `json:"public_ips"` // --public-ip (repeatable) / EGBE_PUBLIC_IPS
+	// PublicURL is the base URL clients reach this very edge at, bypassing
+	// any load balancer (e.g. https://edge-3.example.net:8443). A fleet
+	// hands it to clients whose voice room lives here (voice_room_elsewhere).
+	// Empty: http:// and the HTTP listener's bound address.
+	PublicURL string `json:"public_url"` // --public-url / EGBE_PUBLIC_URL
 	// AllowedOrigins restricts WebSocket Origins; empty allows any.
 	AllowedOrigins []string `json:"allowed_origins"` // --allowed-origin / EGBE_ALLOWED_ORIGINS
 
@@ -159,6 +165,12 @@ func (c *Config) Validate() error {
 	if c.DrainWindow < 0 {
 		bad("--drain-window must not be negative")
 	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			strings.ContainsAny(c.PublicURL, " \t\r\n") || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			bad("--public-url %q: want http(s)://host[:port] with no path", c.PublicURL)
+		}
+	}
 	for inst, shard := range c.Instances {
 		if _, ok := c.Shards[shard]; !ok && !(c.DevShard && shard == DevShardName) {
 			bad("--instance %s=%s: no such shard (use --shard %s=ADDR)", inst, shard, shard)
@@ -202,6 +214,7 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 		modeFlag, redisFlag, topoFlag        string
 		httpF, httpsF, iceF, swsF, pwsF, adF string
 		tlsCert, tlsKey, pxAuth, policyF     string
+		publicURL                            string
 		maxPlayers, devStreamers, slots      int
 		drain                                time.Duration
 		devShard                             bool
@@ -214,11 +227,12 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&swsF, "streamer-ws", cfg.StreamerWS, "Epic streamer WebSocket listener")
 	fs.StringVar(&pwsF, "player-ws", cfg.PlayerWS, "Epic player WebSocket listener (off when empty)")
 	fs.StringVar(&adF, "admin", cfg.Admin, "admin listener: /metrics, /healthz, /readyz, pprof, /ops")
-	fs.StringVar(&redisFlag, "redis-url", "", "Redis URL for shared state (empty: in-memory)")
+	fs.StringVar(&redisFlag, "redis-url", "", "Redis `URL` for shared state (empty: in-memory): redis:// rediss:// unix:// one server; redis+cluster://h1:p1,h2:p2 Cluster seeds; redis+sentinel://s1:p1,s2:p2/MASTER[/DB] via Sentinel")
 	fs.StringVar(&tlsCert, "tls-cert", "", "TLS certificate file (PEM)")
 	fs.StringVar(&tlsKey, "tls-key", "", "TLS key file (PEM)")
 	fs.Var(&shardsFlag, "shard", "external shard `NAME=ADDR` (repeatable)")
 	fs.Var(&instancesFlag, "instance", "route `INSTANCE=SHARD` (repeatable)")
+	fs.StringVar(&publicURL, "public-url", "", "base `URL` clients reach this edge at directly (fleet voice rooms; default http://HTTP-listener)")
 	fs.Var(&publicIPsFlag, "public-ip", "public IP for ICE host candidates (repeatable)")
 	fs.Var(&originsFlag, "allowed-origin", "allowed WebSocket Origin (repeatable; none = any)")
 	fs.BoolVar(&devShard, "dev-shard", cfg.DevShard, "run the in-process reference shard (dev only)")
@@ -255,10 +269,10 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	str := map[string]*string{"mode": &cfg.Mode, "http": &cfg.HTTP, "https": &cfg.HTTPS, "ice-udp": &cfg.ICEUDP,
 		"streamer-ws": &cfg.StreamerWS, "player-ws": &cfg.PlayerWS, "admin": &cfg.Admin, "redis-url": &cfg.RedisURL,
 		"tls-cert": &cfg.TLSCert, "tls-key": &cfg.TLSKey, "pxstream-auth": &cfg.PxstreamAuth,
-		"pxstream-topology": &cfg.PxstreamTopology, "policy": &cfg.PolicyFile}
+		"pxstream-topology": &cfg.PxstreamTopology, "policy": &cfg.PolicyFile, "public-url": &cfg.PublicURL}
 	vals := map[string]string{"mode": modeFlag, "http": httpF, "https": httpsF, "ice-udp": iceF, "streamer-ws": swsF,
 		"player-ws": pwsF, "admin": adF, "redis-url": redisFlag, "tls-cert": tlsCert, "tls-key": tlsKey,
-		"pxstream-auth": pxAuth, "pxstream-topology": topoFlag, "policy": policyF}
+		"pxstream-auth": pxAuth, "pxstream-topology": topoFlag, "policy": policyF, "public-url": publicURL}
 	for name, dst := range str {
 		if set[name] {
 			*dst = vals[name]
@@ -335,7 +349,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 		"EGBE_ICE_UDP": &c.ICEUDP, "EGBE_STREAMER_WS": &c.StreamerWS, "EGBE_PLAYER_WS": &c.PlayerWS,
 		"EGBE_ADMIN": &c.Admin, "EGBE_REDIS_URL": &c.RedisURL, "EGBE_TLS_CERT": &c.TLSCert, "EGBE_TLS_KEY": &c.TLSKey,
 		"EGBE_PXSTREAM_AUTH": &c.PxstreamAuth, "EGBE_PXSTREAM_TOPOLOGY": &c.PxstreamTopology, "EGBE_POLICY": &c.PolicyFile,
-		"EGBE_JWT_SECRET": &c.JWTSecret}
+		"EGBE_JWT_SECRET": &c.JWTSecret, "EGBE_PUBLIC_URL": &c.PublicURL}
 	names := make([]string, 0, len(strs))
 	for k := range strs {
 		names = append(names, k)

@@ -1,10 +1,31 @@
 package edge
 
 import (
+	"net"
+	"os"
+	"strings"
+
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/sfu"
 	"github.com/oshun/egbe-edge/shard"
+	"github.com/oshun/egbe-edge/state"
 )
+
+// publicURL is the base URL clients reach this edge at: --public-url, or
+// http:// and the HTTP listener's address (a wildcard host becomes the
+// machine's host name).
+func (e *Edge) publicURL() string {
+	if e.cfg.PublicURL != "" {
+		return strings.TrimSuffix(e.cfg.PublicURL, "/")
+	}
+	host, port, _ := net.SplitHostPort(e.httpLn.Addr().String())
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
 
 // voiceBridge carries realtime-session events to the SFU. The gateway is
 // built before the SFU (the SFU looks sessions up in it), so the bridge is
@@ -44,13 +65,18 @@ func (v voiceSessions) VoiceSession(id string) (sfu.SessionInfo, bool) {
 }
 
 // buildVoice builds the SFU on the shared ICE port and connects it to the
-// realtime gateway both ways.
+// realtime gateway both ways. In a fleet the voice rooms are pinned to
+// edges in Redis (sfu/rooms.go); alone, every room lives here.
 func (e *Edge) buildVoice(bridge *voiceBridge) error {
 	cfg := sfu.Default()
 	cfg.Slots = e.cfg.VoiceSlots
+	var rooms state.VoiceRooms
+	if e.rdb != nil {
+		rooms = state.NewRedisVoiceRooms(e.rdb, e.edgeID, e.publicURL(), state.DefaultVoiceRoomTimes)
+	}
 	s, err := sfu.New(cfg, sfu.Deps{
 		Port: e.ice, Signer: e.signer, Sessions: voiceSessions{e.rt.gw}, Notifier: e.rt.gw,
-		Logger: e.base, Registerer: e.reg,
+		Logger: e.base, Registerer: e.reg, Rooms: rooms,
 	})
 	if err != nil {
 		return err

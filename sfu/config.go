@@ -39,6 +39,9 @@ type Config struct {
 	// MaxSquads and MaxMutes bound each session's squads and mute list.
 	MaxSquads int `json:"max_squads"`
 	MaxMutes  int `json:"max_mutes"`
+	// RoomHeartbeat is how often an edge in a fleet renews the voice rooms
+	// it holds (a third of the room table's liveness window).
+	RoomHeartbeat time.Duration `json:"room_heartbeat"`
 }
 
 // Default returns the defaults.
@@ -56,6 +59,7 @@ func Default() Config {
 		SilenceAfter:     300 * time.Millisecond,
 		MaxSquads:        16,
 		MaxMutes:         1024,
+		RoomHeartbeat:    time.Second,
 	}
 }
 
@@ -82,6 +86,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: silence_after <= 0", ErrConfig)
 	case c.MaxPeers < 0 || c.MaxSquads < 1 || c.MaxMutes < 1:
 		return fmt.Errorf("%w: limits", ErrConfig)
+	case c.RoomHeartbeat <= 0:
+		return fmt.Errorf("%w: room_heartbeat <= 0", ErrConfig)
 	}
 	return nil
 }

@@ -52,6 +52,8 @@ const (
 	CodeUnknownSession Code = "session_not_found"
 	CodeUnknownPeer    Code = "voice_peer_not_found"
 	CodeUnavailable    Code = "voice_unavailable"
+	CodeRoomElsewhere  Code = "voice_room_elsewhere" // 409: join at the edge_url given
+	CodeStateDown      Code = "state_unavailable"    // 503: the fleet's room table is unreachable
 	CodeInternal       Code = "internal"
 )
 
@@ -71,6 +73,8 @@ var errorTable = []struct {
 	{ErrUnknownSession, CodeUnknownSession, http.StatusNotFound},
 	{ErrUnknownPeer, CodeUnknownPeer, http.StatusNotFound},
 	{ErrClosed, CodeUnavailable, http.StatusServiceUnavailable},
+	{ErrRoomElsewhere, CodeRoomElsewhere, http.StatusConflict},
+	{ErrStateUnavailable, CodeStateDown, http.StatusServiceUnavailable},
 }
 
 // codeOf maps an error to its wire code and HTTP status.

@@ -72,6 +72,12 @@ type testEnv struct {
 
 func newEnv(t testing.TB, mod func(*Config)) *testEnv {
 	t.Helper()
+	return newEnvDeps(t, mod, nil)
+}
+
+// newEnvDeps is newEnv with a hook on the SFU's Deps.
+func newEnvDeps(t testing.TB, mod func(*Config), deps func(*Deps)) *testEnv {
+	t.Helper()
 	cfg := Default()
 	cfg.StatsInterval = 500 * time.Millisecond
 	if mod != nil {
@@ -88,7 +94,11 @@ func newEnv(t testing.TB, mod func(*Config)) *testEnv {
 	e := &testEnv{t: t, signer: signer, port: port, reg: prometheus.NewRegistry(),
 		sessions: &testSessions{m: map[string]SessionInfo{}},
 		notes:    &testNotifier{evs: map[string][]*codec.VoiceEvent{}}}
-	e.sfu, err = New(cfg, Deps{Port: port, Signer: signer, Sessions: e.sessions, Notifier: e.notes, Registerer: e.reg})
+	d := Deps{Port: port, Signer: signer, Sessions: e.sessions, Notifier: e.notes, Registerer: e.reg}
+	if deps != nil {
+		deps(&d)
+	}
+	e.sfu, err = New(cfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package sfu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -40,6 +41,11 @@ type LeaveRequest struct {
 type ErrorBody struct {
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
+	// EdgeID and EdgeURL name the edge holding the room
+	// (voice_room_elsewhere only): resume the realtime session at EdgeURL,
+	// then join voice there.
+	EdgeID  string `json:"edge_id,omitempty"`
+	EdgeURL string `json:"edge_url,omitempty"`
 }
 
 // Handler serves the voice API:
@@ -65,7 +71,11 @@ func (s *SFU) writeError(w http.ResponseWriter, err error) {
 		msg = "internal error"
 		s.log.Warn("voice request failed", "err", err)
 	}
-	writeJSON(w, status, ErrorBody{Code: code, Message: msg})
+	body := ErrorBody{Code: code, Message: msg}
+	if re, ok := errors.AsType[*RoomElsewhereError](err); ok {
+		body.EdgeID, body.EdgeURL = re.Holder.EdgeID, re.Holder.URL
+	}
+	writeJSON(w, status, body)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

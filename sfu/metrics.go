@@ -31,6 +31,10 @@ type metrics struct {
 	rtt        prometheus.Histogram
 	loss       prometheus.Histogram
 	jitter     prometheus.Histogram
+
+	roomRedirects       prometheus.Counter
+	roomsLost           prometheus.Counter
+	roomHeartbeatErrors prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -65,6 +69,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		jitter: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "egbe_sfu_peer_jitter_seconds", Help: "Per-peer inbound RTP jitter samples.",
 			Buckets: []float64{.001, .0025, .005, .01, .02, .04, .08, .16}}),
+		roomRedirects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egbe_sfu_room_redirects_total", Help: "Voice joins sent to the edge holding their room."}),
+		roomsLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egbe_sfu_rooms_lost_total", Help: "Voice rooms another edge took from this one (missed heartbeats)."}),
+		roomHeartbeatErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egbe_sfu_room_heartbeat_errors_total", Help: "Failed renewals of this edge's voice rooms (room table unreachable)."}),
 	}
 	for _, r := range dropReasons {
 		m.dropped[r] = dropped.WithLabelValues(r)
@@ -73,7 +83,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.flagged.WithLabelValues(r).Set(0)
 	}
 	for _, c := range []prometheus.Collector{m.received, m.forwarded, dropped, m.switches,
-		m.recomputes, m.peers, m.flagged, m.joinErrors, m.events, m.rtt, m.loss, m.jitter} {
+		m.recomputes, m.peers, m.flagged, m.joinErrors, m.events, m.rtt, m.loss, m.jitter,
+		m.roomRedirects, m.roomsLost, m.roomHeartbeatErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

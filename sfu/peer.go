@@ -188,6 +188,11 @@ func (s *SFU) join(ctx context.Context, acc auth.Access, sessionID, offer string
 	if si.Subject != acc.Subject {
 		return nil, "", ErrForbidden
 	}
+	claimed, err := s.claimRoom(ctx, si.InstanceID)
+	if err != nil {
+		return nil, "", err
+	}
+	defer claimed()
 	s.mu.Lock()
 	closed, full := s.closed, s.cfg.MaxPeers > 0 && len(s.peers) >= s.cfg.MaxPeers
 	s.mu.Unlock()
@@ -333,6 +338,9 @@ func (s *SFU) leave(p *peer) {
 	s.refreshFlaggedLocked()
 	s.mu.Unlock()
 	s.notify(evs)
+	if removed {
+		s.maybeRelease(p.room)
+	}
 	p.closeOnce.Do(func() {
 		close(p.done)
 		_ = p.pc.Close()

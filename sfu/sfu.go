@@ -15,6 +15,7 @@ import (
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/iceport"
+	"github.com/oshun/egbe-edge/state"
 )
 
 // SessionInfo is what the SFU needs to know about a live realtime session.
@@ -46,6 +47,9 @@ type Deps struct {
 	Logger     *slog.Logger  // optional
 	Now        func() time.Time
 	Registerer prometheus.Registerer // optional (a private registry)
+	// Rooms pins each voice room to one edge of a fleet (rooms.go).
+	// Optional: nil means every room lives here.
+	Rooms state.VoiceRooms
 }
 
 // SFU is the voice selective forwarding unit.
@@ -63,6 +67,7 @@ type SFU struct {
 	peers   map[string]*peer          // guarded by mu; by voice peer id
 	rooms   map[string]map[*peer]bool // guarded by mu; room -> peers
 	dirty   map[string]bool           // guarded by mu; rooms to recompute
+	joining map[string]int            // guarded by mu; room -> joins past claimRoom
 	closed  bool                      // guarded by mu
 	cands   []candidate               // guarded by mu; scratch
 	flagged map[*peer][2]bool         // guarded by mu; latency, loss
@@ -102,6 +107,7 @@ func New(cfg Config, d Deps) (*SFU, error) {
 		peers:   make(map[string]*peer),
 		rooms:   make(map[string]map[*peer]bool),
 		dirty:   make(map[string]bool),
+		joining: make(map[string]int),
 		flagged: make(map[*peer][2]bool),
 		kick:    make(chan struct{}, 1),
 	}
@@ -148,10 +154,18 @@ func (s *SFU) Run(ctx context.Context) error {
 	defer silence.Stop()
 	reports := time.NewTicker(time.Second) // RTCP SR interval
 	defer reports.Stop()
+	var heartbeat <-chan time.Time
+	if s.deps.Rooms != nil {
+		t := time.NewTicker(s.cfg.RoomHeartbeat)
+		defer t.Stop()
+		heartbeat = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-heartbeat:
+			s.heartbeatRooms(ctx)
 		case <-s.kick:
 			s.recomputeDirty()
 		case <-silence.C:
@@ -172,9 +186,25 @@ func (s *SFU) Close() error {
 	for _, p := range s.peers {
 		peers = append(peers, p)
 	}
+	rooms := make([]string, 0, len(s.rooms))
+	for r := range s.rooms {
+		rooms = append(rooms, r)
+	}
 	s.mu.Unlock()
 	for _, p := range peers {
 		s.leave(p)
+	}
+	// Hand the rooms back at once so that clients re-joining on other
+	// edges need not wait for this edge's heartbeats to lapse.
+	if s.deps.Rooms != nil && len(rooms) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		for _, r := range rooms {
+			if err := s.deps.Rooms.Release(ctx, r); err != nil {
+				s.log.Warn("voice room release at close failed", "room", r, "err", err)
+				break
+			}
+		}
+		cancel()
 	}
 	s.wg.Wait()
 	return nil

@@ -33,6 +33,17 @@ export async function joinVoice(egbe, log) {
   });
   const body = await r.json();
   if (!r.ok) {
+    pc.close();
+    egbe.voice.pc = null;
+    if (body.code === 'voice_room_elsewhere') {
+      // In a fleet the room is mixed on one edge: a full client resumes its
+      // realtime session at body.edge_url and joins there (README, "Voice in
+      // a fleet"); this demo page only says where.
+      egbe.voice.state = 'elsewhere';
+      egbe.voice.edgeUrl = body.edge_url;
+      document.getElementById('voicestate').textContent = 'this room\'s voice runs on ' + body.edge_url;
+      throw new Error(`voice join: the room lives on ${body.edge_id} (${body.edge_url})`);
+    }
     egbe.voice.state = 'failed';
     throw new Error(`voice join: ${body.code}: ${body.message}`);
   }
