@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/oshun/egbe-edge/admission"
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/shard"
@@ -49,11 +47,10 @@ func (e *Edge) buildAdmission() error {
 		queue   state.Queue
 	)
 	if e.cfg.RedisURL != "" {
-		opts, err := redis.ParseURL(e.cfg.RedisURL)
+		rdb, err := state.OpenRedis(e.cfg.RedisURL)
 		if err != nil {
 			return fmt.Errorf("%w: --redis-url: %w", ErrConfig, err)
 		}
-		rdb := redis.NewClient(opts)
 		e.closers = append(e.closers, rdb.Close)
 		e.rdb = rdb
 		e.board = state.NewRedisFleetBoard(rdb)

@@ -73,10 +73,10 @@ type Edge struct {
 	rt         *realtime
 	px         *pxstream
 	adm        *admissionPlane
-	rdb        *redis.Client       // nil without --redis-url
-	board      state.FleetBoard    // nil without --redis-url: the operator page's fleet view
-	edgeID     string              // unique in the fleet: names this edge in shared state
-	pxAdmitter matchmaker.Admitter // nil: admit every match
+	rdb        redis.UniversalClient // nil without --redis-url: one server, a Cluster or a Sentinel's master
+	board      state.FleetBoard      // nil without --redis-url: the operator page's fleet view
+	edgeID     string                // unique in the fleet: names this edge in shared state
+	pxAdmitter matchmaker.Admitter   // nil: admit every match
 	// extraServers are listeners owned by subsystems (Epic ports).
 	extraServers []extraServer
 	admitter     shard.Admitter   // nil: admit every handshake
@@ -103,10 +103,11 @@ func New(cfg Config, log *slog.Logger) (e *Edge, err error) {
 	e = &Edge{cfg: cfg, base: log, log: log.With("component", "edge"), reg: prometheus.NewRegistry()}
 	e.lifetime, e.endLife = context.WithCancel(context.Background())
 	e.edgeID = newEdgeID()
-	e.closers = append(e.closers, func() error { e.endLife(); return nil })
+	built := e // the error returns below set e to nil before the closers run
+	e.closers = append(e.closers, func() error { built.endLife(); return nil })
 	defer func() {
 		if err != nil {
-			e.closeAll()
+			built.closeAll()
 		}
 	}()
 	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

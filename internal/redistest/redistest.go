@@ -1,7 +1,8 @@
 // Package redistest runs a real redis-server for tests: on a free loopback
-// port, with persistence off, stopped when the test ends. A missing
-// redis-server fails the test loudly; it is never skipped (STYLE.md: real
-// Redis, no mock of something that can run here).
+// port, with persistence off, stopped when the test ends; also a three-node
+// Redis Cluster (StartCluster) and a master watched by a Sentinel
+// (StartSentinel). A missing redis-server fails the test loudly; it is never
+// skipped (STYLE.md: real Redis, no mock of something that can run here).
 package redistest
 
 import (
@@ -21,7 +22,9 @@ import (
 type Server struct {
 	tb   testing.TB
 	bin  string
-	Addr string // immutable after Start: "127.0.0.1:port" survives Restart
+	Addr string   // immutable after Start: "127.0.0.1:port" survives Restart
+	conf string   // immutable: config file given first ("" = none)
+	args []string // immutable: extra arguments after the common ones
 
 	mu  sync.Mutex // guards cmd
 	cmd *exec.Cmd
@@ -37,6 +40,15 @@ func Start(tb testing.TB) (addr string, stop func()) {
 // StartServer is Start returning the Server, for Kill/Restart.
 func StartServer(tb testing.TB) *Server {
 	tb.Helper()
+	s := newServer(tb)
+	s.launch()
+	tb.Cleanup(s.Kill)
+	return s
+}
+
+// newServer picks a port; the caller sets conf and args, then launches.
+func newServer(tb testing.TB) *Server {
+	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		tb.Fatalf("redistest: redis-server not found on PATH (install redis-server; these tests need a real Redis): %v", err)
@@ -45,10 +57,7 @@ func StartServer(tb testing.TB) *Server {
 	if err != nil {
 		tb.Fatalf("redistest: pick a port: %v", err)
 	}
-	s := &Server{tb: tb, bin: bin, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	s.launch()
-	tb.Cleanup(s.Kill)
-	return s
+	return &Server{tb: tb, bin: bin, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 }
 
 func freePort() (int, error) {
@@ -63,8 +72,13 @@ func freePort() (int, error) {
 func (s *Server) launch() {
 	s.tb.Helper()
 	_, port, _ := net.SplitHostPort(s.Addr)
-	cmd := exec.Command(s.bin, "--port", port, "--bind", "127.0.0.1",
+	var argv []string
+	if s.conf != "" {
+		argv = append(argv, s.conf)
+	}
+	argv = append(argv, "--port", port, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--protected-mode", "no")
+	cmd := exec.Command(s.bin, append(argv, s.args...)...)
 	if err := cmd.Start(); err != nil {
 		s.tb.Fatalf("redistest: start redis-server: %v", err)
 	}

@@ -1,6 +1,13 @@
 package redistest
 
-import "testing"
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 func TestStartRestart(t *testing.T) {
 	s := StartServer(t)
@@ -14,5 +21,55 @@ func TestStartRestart(t *testing.T) {
 	s.Kill()
 	if err := ping(s.Addr); err == nil {
 		t.Fatal("still answering after Kill")
+	}
+}
+
+// TestStartCluster: the three nodes form one cluster with every slot
+// served, and a cluster client writes keys that land on different nodes.
+func TestStartCluster(t *testing.T) {
+	seeds := StartCluster(t)
+	if len(seeds) != 3 {
+		t.Fatalf("seeds %q", seeds)
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: seeds[:1]})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	shards, err := c.ClusterShards(ctx).Result()
+	if err != nil || len(shards) != 3 {
+		t.Fatalf("shards: %d %v", len(shards), err)
+	}
+	masters := map[string]bool{}
+	for i := range 30 {
+		k := fmt.Sprintf("k%d", i)
+		if err := c.Set(ctx, k, i, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		n, err := c.MasterForKey(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[n.Options().Addr] = true
+	}
+	if len(masters) != 3 {
+		t.Fatalf("30 keys landed on %d masters, want 3", len(masters))
+	}
+}
+
+// TestStartSentinel: a failover client finds the master through the
+// Sentinel and reads what was written on the master directly.
+func TestStartSentinel(t *testing.T) {
+	sentinel, name, master := StartSentinel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	direct := redis.NewClient(&redis.Options{Addr: master.Addr})
+	t.Cleanup(func() { _ = direct.Close() })
+	if err := direct.Set(ctx, "k", "v", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: name, SentinelAddrs: []string{sentinel}})
+	t.Cleanup(func() { _ = fc.Close() })
+	if v, err := fc.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("through the sentinel: %q %v", v, err)
 	}
 }

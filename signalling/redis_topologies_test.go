@@ -1,0 +1,81 @@
+package signalling
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oshun/egbe-edge/internal/redistest"
+)
+
+// TestClusterRedisTopologies: two edges of a fleet on a real three-master
+// Redis Cluster, and on a master found through a real Sentinel. The
+// registry scripts (upsert, leaseIdle, release, snapshot), the inbox relay,
+// the heartbeat and the peer-liveness check all run there; on the Cluster a
+// script touching a key outside the {px} slot would be refused. Redis
+// losing its scripts (SCRIPT FLUSH on every node) is recovered from.
+func TestClusterRedisTopologies(t *testing.T) {
+	seeds := redistest.StartCluster(t)
+	sentinel, master, _ := redistest.StartSentinel(t)
+	for _, tc := range []struct {
+		name string
+		open func() redis.UniversalClient
+	}{
+		{"cluster", func() redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: seeds, DialTimeout: 300 * time.Millisecond})
+		}},
+		{"sentinel", func() redis.UniversalClient {
+			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: []string{sentinel},
+				DialTimeout: 300 * time.Millisecond})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := tc.open()
+			t.Cleanup(func() { _ = rdb.Close() })
+			const ttl = 600 * time.Millisecond
+			a, clA := edge(t, rdb, "edge-a", Default(), Deps{}, ttl)
+			b, _ := edge(t, rdb, "edge-b", Default(), Deps{}, ttl)
+
+			s := b.streamerUp("S@B", "/?pop=eu-west-1&codecs=H264", "OnB")
+			poll(t, "B's streamer in A's fleet view", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
+
+			// A's matchmaker leases B's streamer and lets it go.
+			info, err := a.srv.Registry().LeaseIdle("eu-west-1", "h264", "sess-1", time.Now().Add(time.Minute))
+			if err != nil || info.ID != "OnB" || info.State != StateLeased {
+				t.Fatalf("LeaseIdle from A: %+v %v", info, err)
+			}
+			if _, err := b.srv.Registry().LeaseIdle("eu-west-1", "h264", "sess-2", time.Now().Add(time.Minute)); !errors.Is(err, ErrNoIdleStreamer) {
+				t.Fatalf("second lease from B: %v, want ErrNoIdleStreamer", err)
+			}
+			if err := a.srv.Registry().Release("sess-1"); err != nil {
+				t.Fatal(err)
+			}
+
+			// Redis forgets its scripts: the next registration reloads them.
+			if err := rdb.ScriptFlush(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			b.streamerUp("S2@B", "/?pop=eu-west-1&codecs=H264", "OnB2")
+			poll(t, "a registration after SCRIPT FLUSH", func() bool { _, ok := a.srv.Registry().Get("OnB2"); return ok })
+
+			// A player on A signals with the streamer on B through the inboxes.
+			p := a.playerUp("P@A", "/")
+			p.send(`{"type":"subscribe","streamerId":"OnB"}`)
+			pid, _ := s.expect("playerConnected")["playerId"].(string)
+			s.send(`{"type":"offer","playerId":"` + pid + `","sdp":"v=0\r\n"}`)
+			p.expectRaw(`{"type":"offer","sdp":"v=0\r\n"}`)
+			p.send(`{"type":"answer","sdp":"v=0\r\n"}`)
+			s.expectRaw(`{"type":"answer","sdp":"v=0\r\n","playerId":"` + pid + `"}`)
+			if snap := a.srv.Registry().Snapshot(); len(snap) != 2 {
+				t.Fatalf("fleet snapshot from A: %+v", snap)
+			}
+
+			// The player's edge dies: B sees its liveness key lapse.
+			clA.crash()
+			s.expectRaw(`{"type":"playerDisconnected","playerId":"` + pid + `"}`)
+		})
+	}
+}
