@@ -24,6 +24,7 @@ const (
 	CodeShardUnavailable     Code = "shard_unavailable"        // the shard link is down
 	CodeResumeInvalid        Code = "resume_token_invalid"     // forged, foreign or unknown session
 	CodeResumeExpired        Code = "resume_token_expired"     // past the 60 s retention
+	CodeResumeRevoked        Code = "resume_token_revoked"     // an operator revoked the session
 	CodeAdmissionDenied      Code = "admission_denied"
 	CodeUserCap              Code = "user_session_cap"
 	CodeNetworkCap           Code = "network_session_cap"
@@ -51,6 +52,7 @@ var codeTable = map[Code]uint32{
 	CodeShardUnavailable:     4021,
 	CodeResumeInvalid:        4022,
 	CodeResumeExpired:        4023,
+	CodeResumeRevoked:        4024,
 	CodeAdmissionDenied:      4030,
 	CodeUserCap:              4031,
 	CodeNetworkCap:           4032,

@@ -3,6 +3,9 @@ package edge
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -10,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/web"
 )
 
@@ -145,6 +149,10 @@ func gatherOps(g prometheus.Gatherer) (map[string][]opsSample, error) {
 func (e *Edge) mountOps(m *http.ServeMux) {
 	m.Handle("/ops/", http.StripPrefix("/ops/", http.FileServerFS(web.Ops())))
 	m.HandleFunc("/ops", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ops/", http.StatusFound) })
+	m.HandleFunc("POST /ops/sessions/{session_id}/revoke", e.revokeSession)
+	m.HandleFunc("/ops/sessions/{session_id}/revoke", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
+	})
 	// /ops/metrics.json: this edge's figures, or with ?scope=fleet (the
 	// page's default when the edge has Redis) the whole fleet's, summed.
 	m.HandleFunc("/ops/metrics.json", func(w http.ResponseWriter, r *http.Request) {
@@ -164,4 +172,97 @@ func (e *Edge) mountOps(m *http.ServeMux) {
 		}
 		writeJSON(w, http.StatusOK, opsSnapshot{TS: time.Now().UnixMilli(), Families: fams})
 	})
+}
+
+// revokeRequest is the optional body of POST /ops/sessions/{id}/revoke.
+type revokeRequest struct {
+	Reason string `json:"reason"` // for the audit line
+}
+
+// revokeResponse answers POST /ops/sessions/{id}/revoke.
+type revokeResponse struct {
+	SessionID    string    `json:"session_id"`
+	RevokedUntil time.Time `json:"revoked_until"`
+	ClosedHere   bool      `json:"closed_here"` // the session was live on this edge and is ended
+}
+
+// Bounds of a revoke request.
+const (
+	maxRevokeBody   = 4 << 10
+	maxRevokeReason = 512
+	maxSessionID    = 128
+)
+
+// revokeSession serves POST /ops/sessions/{session_id}/revoke: the
+// session's resume tokens are refused fleet-wide for their longest
+// lifetime (shard.Gateway.Revoke), and the session ends at once if it is
+// live here (elsewhere, at its edge's next pin refresh). Audited.
+func (e *Edge) revokeSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("session_id")
+	if !validSessionID(id) {
+		writeError(w, http.StatusBadRequest, "bad_request", "session id must be 1-%d of [A-Za-z0-9_.:-]", maxSessionID)
+		return
+	}
+	var req revokeRequest
+	if err := decodeRevoke(w, r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "%v", err)
+		return
+	}
+	log := e.logFor("ops")
+	until, here, err := e.rt.gw.Revoke(r.Context(), id)
+	if err != nil {
+		log.Warn("audit: session revoke failed", "session", id, "reason", req.Reason, "remote", r.RemoteAddr, "err", err)
+		switch {
+		case errors.Is(err, state.ErrUnavailable):
+			writeError(w, http.StatusServiceUnavailable, "state_unavailable", "revocations unavailable; nothing was revoked")
+		case errors.Is(err, state.ErrBadArgument):
+			writeError(w, http.StatusBadRequest, "bad_request", "%v", err)
+		default:
+			writeError(w, http.StatusInternalServerError, "internal", "revoke failed")
+		}
+		return
+	}
+	log.Info("audit: session revoked", "session", id, "reason", req.Reason, "revoked_until", until,
+		"closed_here", here, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, revokeResponse{SessionID: id, RevokedUntil: until.UTC(), ClosedHere: here})
+}
+
+// decodeRevoke strictly decodes the optional, bounded body of a revoke: no
+// body at all is a revoke without a reason.
+func decodeRevoke(w http.ResponseWriter, r *http.Request, v *revokeRequest) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRevokeBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil
+	case errors.As(err, &tooLarge):
+		return fmt.Errorf("body over %d bytes", maxRevokeBody)
+	case err != nil:
+		return fmt.Errorf("body: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("trailing data after the JSON object")
+	}
+	if len(v.Reason) > maxRevokeReason {
+		return fmt.Errorf("reason over %d bytes", maxRevokeReason)
+	}
+	return nil
+}
+
+// validSessionID accepts what could be a session id ("s_" + hex today),
+// keeping anything else out of the store and the audit line.
+func validSessionID(id string) bool {
+	if id == "" || len(id) > maxSessionID {
+		return false
+	}
+	for _, c := range []byte(id) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', strings.IndexByte("_.:-", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -109,13 +109,26 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 	}
 
 	var pins shard.PinStore // nil: the gateway's in-memory pins
+	// nil: the gateway's in-memory revocations (one edge).
+	var revs state.Revocations
+	// nil: no fleet to share shards with; links come from --shard only.
+	var shards state.ShardDirectory
 	if e.rdb != nil {
 		// Shared pins let a client whose edge died resume on any other edge.
 		pins = shard.NewStatePins(state.NewRedisKV(e.rdb, "egbe:pin:"), scfg.PinTTL)
+		// A revocation made on any edge holds on every edge. On the pins'
+		// client, a resume reads its pin and its revocation in one
+		// pipeline (state.GetRevoked): no extra round trip.
+		revs = state.NewRedisRevocations(e.rdb, nil)
+		// The shared directory lets an edge with no --shard serve every
+		// instance of the fleet (shard/discovery.go).
+		shards = state.NewRedisShardDirectory(e.rdb)
 	}
 	gw, err := shard.NewGateway(scfg, shard.Deps{
 		Signer:        e.signer,
 		Pins:          pins,
+		Revocations:   revs,
+		Shards:        shards,
 		Admit:         e.admitter,
 		Voice:         e.voiceHooks,
 		FallbackChain: func() []string { return chain },

@@ -16,6 +16,7 @@ import (
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/state"
 )
 
 // ClientConn is what the gateway needs of a client's realtime connection
@@ -72,6 +73,11 @@ type Deps struct {
 	Logger        *slog.Logger
 	Now           func() time.Time
 	Registerer    prometheus.Registerer
+	// Revocations: nil is state.NewMemoryRevocations(Now); see revocation.go.
+	Revocations state.Revocations
+	// Shards is the fleet's shard directory: nil, links come from config
+	// only; see discovery.go.
+	Shards state.ShardDirectory
 }
 
 // SessionInfo describes a live session (for the voice SFU).
@@ -91,7 +97,10 @@ type Gateway struct {
 	m     *metrics
 	dir   *Directory
 	pins  PinStore
-	links map[string]*link // immutable after New
+	links map[string]*link // guarded by linksMu; discovery adds links, none is removed
+
+	linksMu sync.Mutex
+	disc    discovery // immutable after New (tests shorten it before Run)
 
 	draining atomic.Bool
 
@@ -117,6 +126,9 @@ func NewGateway(cfg Config, d Deps) (*Gateway, error) {
 	if d.Pins == nil {
 		d.Pins = NewMemoryPins()
 	}
+	if d.Revocations == nil {
+		d.Revocations = state.NewMemoryRevocations(d.Now)
+	}
 	m, err := newMetrics(d.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("shard: metrics: %w", err)
@@ -140,12 +152,16 @@ func (g *Gateway) Directory() *Directory { return g.dir }
 // goroutine has ended.
 func (g *Gateway) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	for _, l := range g.links {
+	for _, l := range g.linkList() {
 		wg.Add(1)
 		go func() { defer wg.Done(); l.run(ctx) }()
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); g.refreshPins(ctx) }()
+	if g.d.Shards != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); g.runDiscovery(ctx) }() // also runs the links it creates
+	}
 	wg.Wait()
 	return nil
 }
@@ -168,6 +184,7 @@ func (g *Gateway) refreshPins(ctx context.Context) {
 			list = append(list, s)
 		}
 		g.mu.Unlock()
+		list = g.closeRevoked(ctx, list) // revoked elsewhere in the fleet: end them here
 		for _, s := range list {
 			if err := s.putPin(ctx, false); err != nil {
 				g.log.Warn("pin refresh failed", "session", s.id, "err", err)
@@ -186,10 +203,11 @@ func (g *Gateway) Ready() bool {
 	// sessions for that shard's instances are refused with a typed
 	// shard_unavailable, everything else is served. Unready only when no
 	// shard at all can be reached.
-	if len(g.links) == 0 {
+	links := g.linkList()
+	if len(links) == 0 {
 		return true
 	}
-	for _, l := range g.links {
+	for _, l := range links {
 		if l.up() {
 			return true
 		}
@@ -199,7 +217,7 @@ func (g *Gateway) Ready() bool {
 
 // LinkUp reports whether the link to shard is connected.
 func (g *Gateway) LinkUp(shard string) bool {
-	l := g.links[shard]
+	l := g.link(shard)
 	return l != nil && l.up()
 }
 

@@ -152,7 +152,7 @@ func (g *Gateway) handshake(ctx context.Context, c ClientConn) (*session, error)
 		}
 		shardID = r.ShardID
 	}
-	l := g.links[shardID]
+	l := g.link(shardID)
 	if l == nil {
 		return nil, codec.Errorf(codec.CodeShardUnavailable, "shard %q is not linked", shardID)
 	}
@@ -217,7 +217,8 @@ func (g *Gateway) handshake(ctx context.Context, c ClientConn) (*session, error)
 	return s, nil
 }
 
-// checkResume verifies a resume token and finds its pin.
+// checkResume verifies a resume token and finds its pin (refusing a
+// revoked session).
 func (g *Gateway) checkResume(ctx context.Context, h *codec.ClientHello, acc auth.Access) (Pin, error) {
 	rt, err := g.d.Signer.VerifyResume(h.ResumeToken)
 	if err != nil {
@@ -233,7 +234,10 @@ func (g *Gateway) checkResume(ctx context.Context, h *codec.ClientHello, acc aut
 	if h.InstanceId != "" && h.InstanceId != rt.InstanceID {
 		return Pin{}, codec.Errorf(codec.CodeResumeInvalid, "resume token is for another instance")
 	}
-	pin, err := g.pins.Get(ctx, rt.SessionID, g.now())
+	pin, revoked, err := g.pinAndRevoked(ctx, rt.SessionID) // one round trip (revocation.go)
+	if revoked {
+		return Pin{}, codec.Errorf(codec.CodeResumeRevoked, "this session was revoked by an operator")
+	}
 	if err != nil {
 		if errors.Is(err, ErrPinNotFound) {
 			return Pin{}, &codec.WireError{Code: codec.CodeResumeExpired, Message: "session is past its reconnect window", Err: err}
