@@ -210,3 +210,30 @@ func TestRevokeFleet(t *testing.T) {
 		t.Fatalf("resume of a session not revoked: %v %v", got, err)
 	}
 }
+
+// TestRevokeEveryTransport: a live session revoked by the operator gets the
+// typed Error and, where the transport carries one, the close code, on
+// every transport.
+func TestRevokeEveryTransport(t *testing.T) {
+	te := startEdge(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, kind := range []string{"webtransport", "webrtc", "websocket"} {
+		t.Run(kind, func(t *testing.T) {
+			c := te.dial(t, kind, false)
+			h, err := c.Hello(ctx, helloFor(te.devToken(t, "revoked-"+kind)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			te.mustRevoke(t, h.GetSessionId(), nil)
+			code, closeCode := refusal(t, ctx, c)
+			if code != codec.CodeResumeRevoked {
+				t.Fatalf("%s: ended with Error %q (close %d), want %q", kind, code, closeCode, codec.CodeResumeRevoked)
+			}
+			// A data channel has no close code; the others carry it.
+			if kind != "webrtc" && closeCode != int(codec.CodeResumeRevoked.CloseCode()) {
+				t.Fatalf("%s: close code %d, want %d", kind, closeCode, codec.CodeResumeRevoked.CloseCode())
+			}
+		})
+	}
+}

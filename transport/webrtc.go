@@ -439,8 +439,22 @@ func (c *rtcConn) run() {
 		w.log.Debug("webrtc peer sent an oversized message", "remote", c.remote)
 	}
 	cancel()
+	c.flushReliable(rtcCloseFlush)
 	_ = c.pc.Close()
 	<-hdone
+}
+
+// rtcCloseFlush bounds how long a closing connection waits for its reliable
+// channel to deliver what was written last (the final Error that says why):
+// closing the peer connection at once would discard it.
+const rtcCloseFlush = 500 * time.Millisecond
+
+func (c *rtcConn) flushReliable(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for c.rel.BufferedAmount() > 0 && time.Now().Before(deadline) &&
+		c.pc.ConnectionState() == webrtc.PeerConnectionStateConnected {
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (c *rtcConn) remoteAddr() net.Addr {

@@ -272,12 +272,14 @@ func (c *wsConn) Read(ctx context.Context) (Message, error) {
 	_, r, err := c.ws.NextReader()
 	if err != nil {
 		if ctx.Err() != nil {
-			err = fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
-		} else {
-			c.peerGone.Store(true)
-			err = fmt.Errorf("%w: %w", ErrClosed, err)
+			// The reader gave up, not the connection: the writer may still
+			// have a final message (the Error saying why) to send before
+			// Close. The socket cannot be read again (gorilla keeps the
+			// error), which is fine: the caller is ending the session.
+			return Message{}, fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
 		}
-		c.end(err)
+		c.peerGone.Store(true)
+		c.end(fmt.Errorf("%w: %w", ErrClosed, err))
 		return Message{}, c.reason()
 	}
 	data, err := c.readAll(r)

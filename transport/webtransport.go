@@ -455,12 +455,22 @@ func (c *wtConn) Close(code uint32, reason string) error {
 	return c.closeWith(code, reason, fmt.Errorf("%w: closed by edge with code %d", ErrClosed, code))
 }
 
+// wtCloseGrace is how long a closing session keeps its reliable stream
+// before the session close resets it: closing the session at once would
+// discard what was just written and not yet sent (the final Error that says
+// why), which WebSocket's in-order close frame never loses.
+const wtCloseGrace = 200 * time.Millisecond
+
 func (c *wtConn) closeWith(code uint32, reason string, why error) error {
 	if !c.end(why) {
 		return nil
 	}
-	err := c.sess.CloseWithError(webtransport.SessionErrorCode(code), reason)
 	// Unblock a stream reader waiting on a client that never closes.
 	c.str.CancelRead(0)
-	return err
+	// FIN after the buffered frames, then the session close with its code.
+	_ = c.str.Close()
+	time.AfterFunc(wtCloseGrace, func() {
+		_ = c.sess.CloseWithError(webtransport.SessionErrorCode(code), reason)
+	})
+	return nil
 }

@@ -7,6 +7,7 @@ package egbeclient
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -305,21 +306,30 @@ func (c *Conn) dialWebTransport(ctx context.Context, opts Options) error {
 		},
 		QUICConfig: &quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true, KeepAlivePeriod: 5 * time.Second},
 	}
-	rsp, sess, err := tr.Dial(ctx, opts.H3Base+"/v6/realtime/webtransport", nil)
+	// The session's context derives from the dial context: a dial context
+	// cancelled once Dial returns would mark the session done at once and
+	// hide the edge's close reason. Dial under a context that ctx cancels
+	// only until the session is up.
+	sessCtx, endSess := context.WithCancel(context.WithoutCancel(ctx))
+	stopWatch := context.AfterFunc(ctx, endSess)
+	rsp, sess, err := tr.Dial(sessCtx, opts.H3Base+"/v6/realtime/webtransport", nil)
 	if err != nil {
+		endSess()
 		tr.Close()
 		return fmt.Errorf("egbeclient: webtransport: %w", err)
 	}
 	if rsp.StatusCode < 200 || rsp.StatusCode > 299 {
 		sess.CloseWithError(0, "")
+		endSess()
 		tr.Close()
 		return fmt.Errorf("egbeclient: webtransport: HTTP %d", rsp.StatusCode)
 	}
 	str, err := sess.OpenStreamSync(ctx)
-	if err != nil {
+	if err != nil || !stopWatch() {
 		sess.CloseWithError(0, "")
+		endSess()
 		tr.Close()
-		return fmt.Errorf("egbeclient: webtransport stream: %w", err)
+		return fmt.Errorf("egbeclient: webtransport stream: %w", cmp.Or(err, context.Cause(ctx)))
 	}
 	var wmu sync.Mutex
 	var frameBuf []byte
@@ -333,6 +343,7 @@ func (c *Conn) dialWebTransport(ctx context.Context, opts Options) error {
 	c.sendUnrel = func(b []byte) error { return sess.SendDatagram(b) }
 	c.closeFn = func() error {
 		err := sess.CloseWithError(0, "")
+		endSess()
 		tr.Close()
 		return err
 	}
@@ -352,13 +363,16 @@ func (c *Conn) dialWebTransport(ctx context.Context, opts Options) error {
 		for {
 			b, err := codec.ReadFrame(r, buf, codec.MaxMessageSize)
 			if err != nil {
-				// Prefer the session's close reason to the stream's.
+				// Prefer the session's close reason (the edge's close code,
+				// which follows the stream's end) to the stream's error.
 				select {
 				case <-sess.Context().Done():
-					sessionEnd(context.Cause(sess.Context()))
-				case <-time.After(200 * time.Millisecond):
-					sessionEnd(err)
+					if reason := closeReason(sess); reason != nil {
+						err = reason
+					}
+				case <-time.After(time.Second):
 				}
+				sessionEnd(err)
 				return
 			}
 			c.deliver(b, true)
@@ -376,6 +390,20 @@ func (c *Conn) dialWebTransport(ctx context.Context, opts Options) error {
 		}
 	}()
 	return nil
+}
+
+// closeReason is a closed session's close error (a *webtransport.SessionError
+// when the edge closed it), nil while it is open: accepting a stream on a
+// closed session returns the reason; a cancelled context keeps an open one
+// from blocking (the edge never opens unidirectional streams).
+func closeReason(sess *webtransport.Session) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := sess.AcceptUniStream(ctx)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }
 
 // ---------------------------------------------------------------- WebRTC
