@@ -474,8 +474,12 @@ func (s *session) downLoop() {
 				env = &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_ActionAck{ActionAck: m.ActionAck}}
 			}
 		case *codec.LinkShardFrame_SessionEvent:
+			// World events are best effort (as the instance-wide ones in
+			// link.event): a client that cannot keep up loses events, never
+			// stalls its link stream.
 			if s.events {
-				env = &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Event{Event: m.SessionEvent}}
+				s.g.m.messages.WithLabelValues("down", "event").Inc()
+				s.tryEnqueue(&codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Event{Event: m.SessionEvent}}, dropEventQueue)
 			}
 		case *codec.LinkShardFrame_Squad:
 			if s.squad {

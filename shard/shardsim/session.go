@@ -3,6 +3,7 @@ package shardsim
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/quic-go/quic-go"
 
@@ -28,6 +29,20 @@ type sessionState struct {
 // liveSession is a session with an open stream.
 type liveSession struct {
 	out chan []byte // frames to the edge, owned by the session writer; bounded
+	// Acks are cumulative, so the newest one is all that must reach the
+	// edge: a latest-wins slot the writer always drains, never dropped
+	// behind a queue full of broadcast events.
+	ack       atomic.Uint64
+	ackNotify chan struct{} // cap 1
+}
+
+// acknowledge hands the writer the newest applied action id.
+func (ls *liveSession) acknowledge(id uint64) {
+	ls.ack.Store(id)
+	select {
+	case ls.ackNotify <- struct{}{}:
+	default:
+	}
 }
 
 func (ls *liveSession) send(f []byte) bool {
@@ -75,7 +90,7 @@ func (s *Server) session(ctx context.Context, l *edgeLink, st *quic.Stream, r *l
 		// A resume raced the old stream's end: the new stream wins.
 		close(old.out)
 	}
-	ls := &liveSession{out: make(chan []byte, 256)}
+	ls := &liveSession{out: make(chan []byte, 256), ackNotify: make(chan struct{}, 1)}
 	ss.live = ls
 	in.sessions[ss.id] = ss
 	in.players[ss.entity] = &codec.Entity{ID: ss.entity, Kind: codec.EntityKind_PLAYER}
@@ -91,10 +106,18 @@ func (s *Server) session(ctx context.Context, l *edgeLink, st *quic.Stream, r *l
 	go func() { // the session writer: the only writer of st
 		defer wg.Done()
 		defer st.Close()
+		if _, err := st.Write(<-ls.out); err != nil { // Opened goes first
+			return
+		}
 		for {
 			select {
 			case <-wctx.Done():
 				return
+			case <-ls.ackNotify:
+				ack := shardFrame(&codec.LinkShardFrame{Msg: &codec.LinkShardFrame_ActionAck{ActionAck: &codec.ActionAck{ActionId: ls.ack.Load()}}})
+				if _, err := st.Write(ack); err != nil {
+					return
+				}
 			case f, ok := <-ls.out:
 				if !ok {
 					return
@@ -167,15 +190,11 @@ func (s *Server) applyActions(in *instance, ss *sessionState, ls *liveSession, b
 			Seq: in.eventSeq, Kind: "action." + a.Kind, EntityId: ss.entity, ServerTimeMs: uint64(nowNanos() / 1e6),
 		}}}))
 	}
-	// The ack must not be lost: the writer's queue is bounded, so a session
-	// that cannot take it is too slow to keep (its stream will be reset).
-	ack := shardFrame(&codec.LinkShardFrame{Msg: &codec.LinkShardFrame_ActionAck{ActionAck: &codec.ActionAck{ActionId: ss.lastAction}}})
 	if ss.live != ls {
 		return
 	}
-	if !ls.send(ack) {
-		return
-	}
+	// The ack must not be lost: it skips the bounded event queue.
+	ls.acknowledge(ss.lastAction)
 	for _, ev := range events {
 		for _, other := range in.sessions {
 			if other.live != nil {
