@@ -63,6 +63,9 @@ type EdgeOptions struct {
 	// Taskset, when set, pins the edge to these CPUs (taskset -c LIST), so
 	// the load client can run on the others.
 	Taskset string
+	// Env is added to this process's environment for the edge (a fleet
+	// shares EGBE_JWT_SECRET this way).
+	Env []string
 }
 
 // StartEdgeWith is StartEdge with options. The edge inherits this
@@ -89,6 +92,9 @@ func StartEdgeWith(ctx context.Context, o EdgeOptions) (*Target, error) {
 		bin = "taskset"
 	}
 	cmd := exec.Command(bin, args...)
+	if len(o.Env) > 0 {
+		cmd.Env = append(os.Environ(), o.Env...)
+	}
 	cmd.Stdout = io.Discard
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -187,6 +193,16 @@ func (t *Target) Usage() ProcUsage {
 	}
 	u, _ := ReadProc(t.PID)
 	return u
+}
+
+// Kill ends a target started by StartEdge with SIGKILL, as a crash would:
+// no drain, no goodbye to its clients or to shared state. Stop still
+// reaps it.
+func (t *Target) Kill() error {
+	if t.cmd == nil || t.cmd.Process == nil {
+		return errors.New("bench: kill: the edge was not started by this process")
+	}
+	return t.cmd.Process.Kill()
 }
 
 // Stop ends a target started by StartEdge (SIGTERM, then kill).

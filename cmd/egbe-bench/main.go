@@ -2,14 +2,24 @@
 // throughput, errors and the edge's CPU and RSS, beside a baseline server
 // measured in the same run where the scenario has one.
 //
-//	egbe-bench connect  --edge-bin PATH --transport websocket --sessions 1000
-//	egbe-bench echo     --edge-bin PATH --transport websocket --sessions 1000 --rate 20 --duration 20s [--baseline]
+//	egbe-bench connect  --edge-bin PATH --transport websocket --sessions 1000 [--edges N [--redis-url URL]]
+//	egbe-bench echo     --edge-bin PATH --transport websocket --sessions 1000 --rate 20 --duration 20s [--baseline] [--edges N [--redis-url URL]]
+//	egbe-bench failover --edge-bin PATH --edges 3 --sessions 2000 [--rate 5] [--transport websocket] [--redis-url URL] [--bystanders N]
+//	egbe-bench handshakes --edge-bin PATH --sessions 2000 --concurrency 64 [--rounds 3] [--probe 200] [--redis-url URL]
 //	egbe-bench pxstream --edge-bin PATH --pairs 200 --handshakes 20000 [--idle 19000] [--edge-taskset 1]
 //	egbe-bench match    --edge-bin PATH --streamers 1000 --decisions 20000 [--edge-taskset 1]
 //	egbe-bench voice    --edge-bin PATH --speakers 4 --listeners 20 --duration 15s [--edge-taskset 1]
 //	egbe-bench surge    --edge-bin PATH --rate 3300 --duration 60s [--max --workers 64]
 //	egbe-bench world    --edge-bin PATH --shard-bin PATH --clients 1000 --instances 10 --agents 500 --duration 15s [--transport websocket]
 //	egbe-bench serve-baseline-echo --listen 127.0.0.1:9999   (used by --baseline)
+//
+// --edges N spreads the sessions round-robin over N edge processes that
+// share one Redis (--redis-url, or a redis-server started on a free
+// loopback port), one JWT secret and reference shards run in the bench
+// process. failover kills edge 0 with SIGKILL and measures how fast its
+// sessions resume on the others; handshakes compares fresh-session
+// handshake throughput on memory and Redis state and counts Redis
+// commands and round trips per handshake.
 //
 // Pin the client and the edge to different cores and compare CPU time:
 //
@@ -35,7 +45,7 @@ import (
 func main() { os.Exit(run(os.Args[1:])) }
 
 func usage() int {
-	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|pxstream|match|voice|surge|world|serve-baseline-echo [flags]  (egbe-bench SCENARIO --help)")
+	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|failover|handshakes|pxstream|match|voice|surge|world|serve-baseline-echo [flags]  (egbe-bench SCENARIO --help)")
 	return 2
 }
 
@@ -49,6 +59,10 @@ func run(args []string) int {
 	switch args[0] {
 	case "connect", "echo":
 		err = runEcho(ctx, args[0], args[1:])
+	case "failover":
+		err = bench.FailoverCommand(ctx, args[1:])
+	case "handshakes":
+		err = bench.HandshakesCommand(ctx, args[1:])
 	case "pxstream":
 		err = bench.PxstreamCommand(ctx, args[1:])
 	case "match":
@@ -78,6 +92,8 @@ type edgeFlags struct {
 	bin, httpBase, h3Base, adminBase string
 	pid                              int
 	extra                            string
+	edges                            int
+	redisURL                         string
 }
 
 func (f *edgeFlags) register(fs *flag.FlagSet) {
@@ -87,6 +103,29 @@ func (f *edgeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.h3Base, "edge-h3", "", "the running edge's HTTPS origin (https://127.0.0.1:8443)")
 	fs.StringVar(&f.adminBase, "edge-admin", "", "the running edge's admin origin (http://127.0.0.1:9090)")
 	fs.IntVar(&f.pid, "edge-pid", 0, "the running edge's pid, for CPU and RSS")
+	fs.IntVar(&f.edges, "edges", 1, "with --edge-bin: start N edges sharing Redis and spread the sessions over them round-robin")
+	fs.StringVar(&f.redisURL, "redis-url", "", "with --edges > 1: shared state (default: start redis-server)")
+}
+
+// targets starts (or attaches to) the edges; stop ends what it started.
+func (f *edgeFlags) targets(ctx context.Context, instances string) ([]*bench.Target, func(), error) {
+	if f.edges <= 1 {
+		t, err := f.target(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return []*bench.Target{t}, t.Stop, nil
+	}
+	if f.bin == "" {
+		return nil, nil, fmt.Errorf("--edges needs --edge-bin")
+	}
+	fl, err := bench.StartFleet(ctx, bench.FleetOptions{EdgeBin: f.bin, Edges: f.edges, RedisURL: f.redisURL, Shards: 1,
+		Instances: strings.Split(instances, ","), Agents: 200, Extra: strings.Fields(f.extra)})
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Println(fl)
+	return fl.Edges, fl.Stop, nil
 }
 
 func (f *edgeFlags) target(ctx context.Context) (*bench.Target, error) {
@@ -115,12 +154,12 @@ func runEcho(ctx context.Context, scenario string, args []string) error {
 	if scenario == "connect" {
 		opts.Duration = 0
 	}
-	t, err := ef.target(ctx)
+	edges, stopEdges, err := ef.targets(ctx, opts.Instance)
 	if err != nil {
 		return err
 	}
-	defer t.Stop()
-	rep, err := bench.RunEcho(ctx, t, opts)
+	defer stopEdges()
+	rep, err := bench.RunEchoFleet(ctx, edges, opts)
 	if err != nil {
 		return err
 	}
@@ -128,7 +167,7 @@ func runEcho(ctx context.Context, scenario string, args []string) error {
 	if !*baseline {
 		return nil
 	}
-	t.Stop() // one server at a time on this machine
+	stopEdges() // one server at a time on this machine
 	base, err := runBaseline(ctx, opts)
 	if err != nil {
 		return err
