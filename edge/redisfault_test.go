@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/bench"
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/egbeclient"
 	"github.com/oshun/egbe-edge/internal/redistest"
@@ -31,6 +33,15 @@ func TestRedisOutage(t *testing.T) {
 	defer cancel()
 	live := te.dial(t, "websocket", false)
 	if _, err := live.Hello(ctx, helloFor(te.devToken(t, "steady"))); err != nil {
+		t.Fatal(err)
+	}
+	// A second live session that will try to join voice during the outage.
+	voicer, err := bench.NewVoiceMember(1, te.devToken(t, "voicer"), "orun-grove", "wolves")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer voicer.Close()
+	if err := voicer.Connect(ctx, te.httpURL("")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -58,6 +69,12 @@ func TestRedisOutage(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || refusalBody.FallbackURL == "" {
 		t.Fatalf("match during the outage: %d %+v, want 503 with a fallback", resp.StatusCode, refusalBody)
+	}
+
+	// Voice rooms are pinned in Redis: a join is refused, typed.
+	var ve *bench.VoiceError
+	if err := voicer.JoinVoice(ctx); !errors.As(err, &ve) || ve.Status != http.StatusServiceUnavailable || ve.Code != "state_unavailable" {
+		t.Fatalf("voice join during the outage: %v, want 503 state_unavailable", err)
 	}
 
 	rds.Restart()
