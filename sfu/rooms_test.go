@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,4 +87,43 @@ func TestRoomTableDown(t *testing.T) {
 	if !errors.Is(&RoomElsewhereError{}, ErrRoomElsewhere) {
 		t.Fatal("RoomElsewhereError does not unwrap to ErrRoomElsewhere")
 	}
+}
+
+// stealingRooms is a room table where, once steal is set, another edge
+// has taken every room this edge heartbeats (as after a partition longer
+// than the liveness window).
+type stealingRooms struct {
+	state.VoiceRooms
+	steal atomic.Bool
+}
+
+func (r *stealingRooms) Heartbeat(ctx context.Context, rooms []string) ([]string, error) {
+	if r.steal.Load() {
+		return rooms, nil
+	}
+	return r.VoiceRooms.Heartbeat(ctx, rooms)
+}
+
+// TestRoomLostEndsPeers: when a heartbeat finds the room taken by another
+// edge, the room's peers here are ended so that their clients re-join on
+// the room's edge: a room never stays split.
+func TestRoomLostEndsPeers(t *testing.T) {
+	table := state.NewMemoryVoiceRooms(nil, state.VoiceRoomTimes{})
+	rooms := &stealingRooms{VoiceRooms: table.For("edge-b", "https://b.example:8443")}
+	e := newEnvDeps(t, func(c *Config) { c.RoomHeartbeat = 50 * time.Millisecond }, func(d *Deps) { d.Rooms = rooms })
+	tok := e.session("sess-1", "player-1", "grove", 11, auth.Access{})
+	e.join(tok, "sess-1", 1, 1)
+	tok2 := e.session("sess-2", "player-2", "shore", 12, auth.Access{})
+	e.join(tok2, "sess-2", 2, 1)
+	if n := e.peerCount(); n != 2 {
+		t.Fatalf("%d peers after two joins", n)
+	}
+	rooms.steal.Store(true)
+	waitFor(t, 5*time.Second, "peers of the taken rooms ended", func() bool { return e.peerCount() == 0 })
+}
+
+func (e *testEnv) peerCount() int {
+	e.sfu.mu.Lock()
+	defer e.sfu.mu.Unlock()
+	return len(e.sfu.peers)
 }
