@@ -81,8 +81,15 @@ type sentTimes struct {
 // RunEcho runs the connect scenario, then (when opts.Duration > 0) the echo
 // scenario on the same sessions, against an edge.
 func RunEcho(ctx context.Context, t *Target, opts EchoOptions) (EchoReport, error) {
-	instances := strings.Split(opts.Instance, ",")
-	dial := func(ctx context.Context, i int) (*echoSession, time.Duration, error) {
+	dial := edgeEchoDial(func(int) *Target { return t }, strings.Split(opts.Instance, ","), opts)
+	return runEcho(ctx, "edge", t.Usage, dial, opts)
+}
+
+// edgeEchoDial opens session i on edge pick(i), in instance i mod
+// len(instances), and echoes with ping/pong.
+func edgeEchoDial(pick func(i int) *Target, instances []string, opts EchoOptions) func(context.Context, int) (*echoSession, time.Duration, error) {
+	return func(ctx context.Context, i int) (*echoSession, time.Duration, error) {
+		t := pick(i)
 		tok, err := t.Token(fmt.Sprintf("bench-%d", i))
 		if err != nil {
 			return nil, 0, err
@@ -116,7 +123,6 @@ func RunEcho(ctx context.Context, t *Target, opts EchoOptions) (EchoReport, erro
 			stop: func() { c.Close() },
 		}, hs, nil
 	}
-	return runEcho(ctx, "edge", t.Usage, dial, opts)
 }
 
 // RunBaselineEcho drives a bare gorilla echo server (see ServeBaselineEcho)

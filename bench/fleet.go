@@ -233,41 +233,7 @@ func RunEchoFleet(ctx context.Context, edges []*Target, opts EchoOptions) (EchoR
 		}
 		return u
 	}
-	dial := func(ctx context.Context, i int) (*echoSession, time.Duration, error) {
-		t := edges[i%len(edges)]
-		tok, err := t.Token(fmt.Sprintf("bench-%d", i))
-		if err != nil {
-			return nil, 0, err
-		}
-		start := time.Now()
-		c, err := egbeclient.Dial(ctx, egbeclient.Options{Kind: opts.Transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 64})
-		if err != nil {
-			return nil, 0, err
-		}
-		if _, err := c.Hello(ctx, &codec.ClientHello{AccessToken: tok, InstanceId: instances[i%len(instances)], AuthorityKind: codec.AuthorityKind_UE_CLIENT,
-			ProtocolVersion: codec.ProtocolVersion, Capabilities: []string{"action-acks"}}); err != nil {
-			c.Close()
-			return nil, 0, err
-		}
-		hs := time.Since(start)
-		return &echoSession{
-			send: func(id uint64) error {
-				return c.Send(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Ping{Ping: &codec.Ping{ClientTimeMs: id}}}, false)
-			},
-			recv: func(ctx context.Context) (uint64, error) {
-				for {
-					env, err := c.Recv(ctx)
-					if err != nil {
-						return 0, err
-					}
-					if p := env.GetPong(); p != nil {
-						return p.GetClientTimeMs(), nil
-					}
-				}
-			},
-			stop: func() { c.Close() },
-		}, hs, nil
-	}
+	dial := edgeEchoDial(func(i int) *Target { return edges[i%len(edges)] }, instances, opts)
 	return runEcho(ctx, fmt.Sprintf("edge x%d", len(edges)), usage, dial, opts)
 }
 
