@@ -29,7 +29,8 @@ type Target struct {
 	PID                  int
 	CertHash             [32]byte
 
-	cmd *exec.Cmd
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once cmd has been reaped (started edges only)
 }
 
 // freePort asks the kernel for a free TCP port that is also free on UDP.
@@ -74,6 +75,23 @@ type EdgeOptions struct {
 // set it itself).
 func StartEdgeWith(ctx context.Context, o EdgeOptions) (*Target, error) {
 	_, _ = RaiseNoFile()
+	// The ports are picked free and handed to the edge, so another process
+	// can take one in between (tests run packages in parallel): an edge
+	// that exits before it is ready is started again on fresh ports.
+	var err error
+	for range 3 {
+		var t *Target
+		if t, err = startEdgeOnce(ctx, o); err == nil || !errors.Is(err, errEdgeExited) {
+			return t, err
+		}
+	}
+	return nil, err
+}
+
+// errEdgeExited: the edge process ended before it was ready.
+var errEdgeExited = errors.New("bench: the edge exited before it was ready")
+
+func startEdgeOnce(ctx context.Context, o EdgeOptions) (*Target, error) {
 	bin, extra := o.Bin, o.Extra
 	ports := make([]int, 6)
 	for i := range ports {
@@ -101,7 +119,8 @@ func StartEdgeWith(ctx context.Context, o EdgeOptions) (*Target, error) {
 		return nil, err
 	}
 	t := &Target{HTTPBase: "http://" + addr(ports[0]), H3Base: "https://" + addr(ports[1]), AdminBase: "http://" + addr(ports[4]),
-		StreamerWS: addr(ports[3]), PlayerWS: addr(ports[5]), PID: cmd.Process.Pid, cmd: cmd}
+		StreamerWS: addr(ports[3]), PlayerWS: addr(ports[5]), PID: cmd.Process.Pid, cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(t.exited) }()
 	if err := t.waitReady(ctx); err != nil {
 		t.Stop()
 		return nil, err
@@ -147,6 +166,8 @@ func (t *Target) waitReady(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-t.exited: // nil (never ready) when attached
+			return errEdgeExited
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -211,12 +232,10 @@ func (t *Target) Stop() {
 		return
 	}
 	_ = t.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = t.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-t.exited:
 	case <-time.After(15 * time.Second):
 		_ = t.cmd.Process.Kill()
-		<-done
+		<-t.exited
 	}
 }
