@@ -8,6 +8,7 @@ package redistest
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"os/exec"
 	"strconv"
@@ -26,8 +27,10 @@ type Server struct {
 	conf string   // immutable: config file given first ("" = none)
 	args []string // immutable: extra arguments after the common ones
 
-	mu  sync.Mutex // guards cmd
-	cmd *exec.Cmd
+	mu      sync.Mutex    // guards cmd and exited
+	cmd     *exec.Cmd     // nil while stopped
+	exited  chan struct{} // closed once cmd has been reaped
+	started bool          // the first launch succeeded: Addr is fixed
 }
 
 // Start launches redis-server and returns its address and a stop function
@@ -69,8 +72,31 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// launch starts redis-server on s.Addr and waits until it answers. The
+// port was picked free and handed over, so another process can take it in
+// between (tests run packages in parallel): a first launch whose server
+// exits, or whose address answers from another process, moves to a fresh
+// port; a Restart keeps its address.
 func (s *Server) launch() {
 	s.tb.Helper()
+	for attempt := 1; ; attempt++ {
+		err := s.launchOnce()
+		if err == nil {
+			s.started = true
+			return
+		}
+		if s.started || attempt == 3 {
+			s.tb.Fatalf("redistest: redis-server on %s: %v", s.Addr, err)
+		}
+		port, perr := freePort()
+		if perr != nil {
+			s.tb.Fatalf("redistest: pick a port: %v", perr)
+		}
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
+}
+
+func (s *Server) launchOnce() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
 	var argv []string
 	if s.conf != "" {
@@ -82,19 +108,66 @@ func (s *Server) launch() {
 	if err := cmd.Start(); err != nil {
 		s.tb.Fatalf("redistest: start redis-server: %v", err)
 	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	s.mu.Lock()
-	s.cmd = cmd
+	s.cmd, s.exited = cmd, exited
 	s.mu.Unlock()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := ping(s.Addr); err == nil {
-			return
-		} else if time.Now().After(deadline) {
+		pid, err := serverPID(s.Addr)
+		switch {
+		case err == nil && pid == cmd.Process.Pid:
+			return nil
+		case err == nil:
 			s.Kill()
-			s.tb.Fatalf("redistest: redis-server on %s never answered PING: %v", s.Addr, err)
+			return fmt.Errorf("another redis-server (pid %d) answers on the port", pid)
+		case time.Now().After(deadline):
+			s.Kill()
+			return fmt.Errorf("never answered: %w", err)
 		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, not waiting for sync
+		select {
+		case <-exited:
+			s.Kill()
+			return fmt.Errorf("exited before answering (port taken?): %w", err)
+		case <-time.After(10 * time.Millisecond): // polling a condition, not waiting for sync
+		}
 	}
+}
+
+// serverPID asks the server at addr for its process id (INFO server).
+func serverPID(addr string) (int, error) {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		return 0, err
+	}
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	if !strings.HasPrefix(head, "$") {
+		return 0, fmt.Errorf("unexpected reply %q", head)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
+	if err != nil || n < 0 || n > 64<<10 {
+		return 0, fmt.Errorf("unexpected reply %q", head)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("no process_id in INFO server")
 }
 
 func ping(addr string) error {
@@ -121,14 +194,14 @@ func ping(addr string) error {
 // Safe to call more than once.
 func (s *Server) Kill() {
 	s.mu.Lock()
-	cmd := s.cmd
+	cmd, exited := s.cmd, s.exited
 	s.cmd = nil
 	s.mu.Unlock()
 	if cmd == nil {
 		return
 	}
 	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
+	<-exited
 }
 
 // Restart kills the server and starts a fresh, empty one on the same

@@ -73,3 +73,21 @@ func TestStartSentinel(t *testing.T) {
 		t.Fatalf("through the sentinel: %q %v", v, err)
 	}
 }
+
+// TestLaunchPortTaken: a port taken between picking and binding (here by
+// another redis-server) moves the new server to a fresh port instead of
+// sharing the other one.
+func TestLaunchPortTaken(t *testing.T) {
+	other := StartServer(t)
+	s := newServer(t)
+	s.Addr = other.Addr
+	s.launch()
+	t.Cleanup(s.Kill)
+	if s.Addr == other.Addr {
+		t.Fatalf("the new server kept the taken address %s", s.Addr)
+	}
+	pid, err := serverPID(s.Addr)
+	if err != nil || pid != s.cmd.Process.Pid {
+		t.Fatalf("server at %s: pid %d err %v, want our process %d", s.Addr, pid, err, s.cmd.Process.Pid)
+	}
+}
