@@ -192,6 +192,25 @@ func TestRevokeFleet(t *testing.T) {
 	a.resumeRefused(t, ctx, tok, h.GetResumeToken())
 	b.resumeRefused(t, ctx, tok, h.GetResumeToken())
 
+	// A session live on edge A, revoked through edge B, is ended by A at
+	// once (a Redis notice), well before A's periodic check (every 20 s).
+	live := a.dial(t, "websocket", false)
+	hl, err := live.Hello(ctx, helloFor(a.devToken(t, "live-roamer")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	if ans := b.mustRevoke(t, hl.GetSessionId(), nil); ans.ClosedHere {
+		t.Fatal("edge B claims to have closed a session live on edge A")
+	}
+	nctx, ncancel := context.WithTimeout(ctx, 5*time.Second)
+	code, _ := refusal(t, nctx, live)
+	ncancel()
+	if code != codec.CodeResumeRevoked {
+		t.Fatalf("live session on A revoked via B ended with %q, want %q", code, codec.CodeResumeRevoked)
+	}
+	t.Logf("edge A closed the session %v after edge B revoked it", time.Since(revoked).Round(time.Millisecond))
+
 	// A session nobody revoked still resumes across the fleet.
 	c2 := a.dial(t, "websocket", false)
 	h2, err := c2.Hello(ctx, helloFor(tok))

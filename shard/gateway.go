@@ -158,6 +158,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); g.refreshPins(ctx) }()
+	if n, ok := g.d.Revocations.(state.RevocationNotices); ok {
+		wg.Add(1)
+		go func() { defer wg.Done(); g.watchRevocations(ctx, n) }()
+	}
 	if g.d.Shards != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); g.runDiscovery(ctx) }() // also runs the links it creates

@@ -125,3 +125,26 @@ func (g *Gateway) closeRevoked(ctx context.Context, live []*session) []*session 
 	}
 	return kept
 }
+
+// watchRevocations ends a live session the moment any edge revokes it
+// (the refresh loop's batched check remains the backstop). A broken
+// subscription is retried after a pause.
+func (g *Gateway) watchRevocations(ctx context.Context, n state.RevocationNotices) {
+	for {
+		err := n.Watch(ctx, func(sessionID string) {
+			if s := g.lookup(sessionID); s != nil {
+				s.stop(revokedCause)
+				g.log.Info("revoked session closed", "session", s.id, "shard", s.shardID, "by", "notice")
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		g.log.Warn("revocation notices interrupted; the periodic check covers the gap", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}

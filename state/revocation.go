@@ -43,8 +43,9 @@ func checkRevoke(sessionID string, until, now time.Time) error {
 type MemoryRevocations struct {
 	now func() time.Time // immutable
 
-	mu    sync.Mutex
-	until map[string]time.Time // guarded by mu: session id -> deadline
+	mu       sync.Mutex
+	until    map[string]time.Time // guarded by mu: session id -> deadline
+	watchers memoryWatchers
 }
 
 // NewMemoryRevocations returns an empty store; now may be nil (time.Now).
@@ -63,7 +64,6 @@ func (m *MemoryRevocations) Revoke(_ context.Context, sessionID string, until ti
 		return err
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for id, u := range m.until {
 		if !now.Before(u) {
 			delete(m.until, id)
@@ -72,6 +72,8 @@ func (m *MemoryRevocations) Revoke(_ context.Context, sessionID string, until ti
 	if until.After(m.until[sessionID]) {
 		m.until[sessionID] = until
 	}
+	m.mu.Unlock()
+	m.watchers.notify(sessionID)
 	return nil
 }
 
@@ -146,6 +148,9 @@ func (r *RedisRevocations) Revoke(ctx context.Context, sessionID string, until t
 	if err != nil {
 		return fmt.Errorf("%w: revoke %s: %w", ErrUnavailable, sessionID, err)
 	}
+	// The revocation holds once stored; the notice only makes the holding
+	// edge act before its next periodic check.
+	_ = publishRevocation(ctx, r.rdb, sessionID)
 	return nil
 }
 

@@ -220,3 +220,59 @@ func (b revocationBackend) trips() int64 {
 	}
 	return b.rtt.n.Load()
 }
+
+// TestRevocationNotices: every watcher hears each revocation as it
+// happens (Redis: across clients, as across edges).
+func TestRevocationNotices(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for _, b := range revocationBackends(t, srv) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			watcher := b.rev
+			if b.name == "redis" { // another client: another edge
+				rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+				t.Cleanup(func() { _ = rdb.Close() })
+				watcher = NewRedisRevocations(rdb, nil)
+			}
+			heard := make(chan string, 4)
+			done := make(chan error, 1)
+			go func() {
+				done <- watcher.(RevocationNotices).Watch(ctx, func(id string) { heard <- id })
+			}()
+			// A subscription takes a moment to be in place: revoke until
+			// the first notice arrives, then check one more exactly.
+			deadline := time.After(10 * time.Second)
+			for first := false; !first; {
+				if err := b.rev.Revoke(ctx, "warm-up", time.Now().Add(time.Minute)); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case id := <-heard:
+					first = id == "warm-up"
+				case <-time.After(100 * time.Millisecond):
+				case <-deadline:
+					t.Fatal("no notice within 10 s")
+				}
+			}
+			for len(heard) > 0 {
+				<-heard
+			}
+			if err := b.rev.Revoke(ctx, "s_42", time.Now().Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case id := <-heard:
+				if id != "s_42" {
+					t.Fatalf("heard %q, want s_42", id)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the revocation of s_42 was not heard")
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("Watch ended with %v after its context", err)
+			}
+		})
+	}
+}
