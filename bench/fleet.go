@@ -404,6 +404,11 @@ type FailoverOptions struct {
 	// ResumeJitter delays each client's first resume attempt by a random
 	// part of it (default 0: every client reconnects at once).
 	ResumeJitter time.Duration
+	// Silence, when set, makes a client treat that long without any
+	// message from its edge as the edge's death (world state arrives at
+	// TickHz). Over QUIC a dead peer sends no reset, so without it a
+	// WebTransport or WebRTC client notices only at its idle timeout.
+	Silence time.Duration
 }
 
 // FailoverReport is what the failover scenario measures.
@@ -510,6 +515,7 @@ type foClient struct {
 	first     *codec.ServerHello // immutable after connect
 
 	acked    atomic.Uint64 // highest action ack seen on any connection
+	lastRecv atomic.Int64  // Unix ns of the latest message on any connection
 	ackSig   chan struct{} // cap 1: an ack arrived
 	edgeErrs atomic.Int64
 
@@ -572,6 +578,7 @@ func (fc *foClient) receive(ctx context.Context, c *egbeclient.Conn) {
 		if err != nil {
 			return
 		}
+		fc.lastRecv.Store(time.Now().UnixNano())
 		var seq uint64
 		switch m := env.Msg.(type) {
 		case *codec.ServerEnvelope_ActionAck:
@@ -654,14 +661,32 @@ func (r *foRun) life(ctx context.Context, fc *foClient) {
 			r.settle()
 		}
 	}()
-	select {
-	case <-fc.conn.Done():
-	case <-ctx.Done():
-		fc.failure = "cancelled before the connection ended"
-		return
+	var silent <-chan time.Time
+	if r.o.Silence > 0 {
+		t := time.NewTicker(r.o.Silence / 10)
+		defer t.Stop()
+		silent = t.C
+	}
+	fc.how = ""
+wait:
+	for {
+		select {
+		case <-fc.conn.Done():
+			break wait
+		case <-silent:
+			if time.Since(time.Unix(0, fc.lastRecv.Load())) > r.o.Silence {
+				fc.how = fmt.Sprintf("silent for %v", r.o.Silence)
+				break wait
+			}
+		case <-ctx.Done():
+			fc.failure = "cancelled before the connection ended"
+			return
+		}
 	}
 	fc.noticed = time.Since(r.killAt)
-	fc.how = errKey(fc.conn.Err())
+	if fc.how == "" {
+		fc.how = errKey(fc.conn.Err())
+	}
 	_ = fc.conn.Close()
 	if r.o.ResumeJitter > 0 {
 		sleepCtx(ctx, time.Duration(mrand.Int64N(int64(r.o.ResumeJitter))))
@@ -1047,6 +1072,7 @@ func FailoverCommand(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.Warmup, "warmup", 3*time.Second, "everyone connected, before the kill")
 	fs.DurationVar(&o.Deadline, "deadline", 30*time.Second, "a session not resumed this long after the kill has failed")
 	fs.DurationVar(&o.ResumeJitter, "resume-jitter", 0, "delay each client's first resume attempt by a random part of this")
+	fs.DurationVar(&o.Silence, "silence", 0, "treat this long without a message from the edge as its death (needed over webtransport/webrtc: a dead QUIC or SCTP peer sends no reset); 0: wait for the connection to end")
 	_ = fs.Parse(args)
 	if o.EdgeBin == "" {
 		return errors.New("failover: give --edge-bin")
