@@ -239,39 +239,6 @@ func RunEchoFleet(ctx context.Context, edges []*Target, opts EchoOptions) (EchoR
 
 // ---------------------------------------------------------------- shared helpers
 
-// Quantiles is a latency distribution with p90.
-type Quantiles struct {
-	N                  int
-	P50, P90, P99, Max time.Duration
-}
-
-// samples copies l's samples.
-func samples(l *Latencies) []time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.s)
-}
-
-func quantiles(s []time.Duration) Quantiles {
-	if len(s) == 0 {
-		return Quantiles{}
-	}
-	s = slices.Clone(s)
-	slices.Sort(s)
-	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
-	return Quantiles{N: len(s), P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: s[len(s)-1]}
-}
-
-func (q Quantiles) String() string {
-	r := func(d time.Duration) time.Duration {
-		if d >= 10*time.Millisecond {
-			return d.Round(time.Millisecond)
-		}
-		return d.Round(10 * time.Microsecond)
-	}
-	return fmt.Sprintf("n=%d p50=%v p90=%v p99=%v max=%v", q.N, r(q.P50), r(q.P90), r(q.P99), r(q.Max))
-}
-
 var addrRE = regexp.MustCompile(`(\d+\.\d+\.\d+\.\d+|\[[0-9a-f:]+\]):\d+`)
 
 // errKey renders err for counting: addresses and ports vary per

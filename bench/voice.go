@@ -1,10 +1,8 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -232,31 +230,14 @@ func joinVoice(ctx context.Context, t *Target, api *webrtc.API, c *voiceClient, 
 		return 0, err
 	}
 	<-g
-	body, _ := json.Marshal(map[string]string{"session_id": sh.GetSessionId(), "sdp": pc.LocalDescription().SDP})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.HTTPBase+"/v6/voice/session", bytes.NewReader(body))
+	start := time.Now()
+	answer, slots, err := postVoiceJoin(ctx, t.HTTPBase, tok, sh.GetSessionId(), pc.LocalDescription().SDP)
+	d := time.Since(start)
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("Content-Type", "application/json")
-	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("voice join: %w", err)
-	}
-	defer resp.Body.Close()
-	d := time.Since(start)
-	var jr struct {
-		VoicePeerID string `json:"voice_peer_id"`
-		SDP         string `json:"sdp"`
-		Slots       int    `json:"slots"`
-		Error       any    `json:"error"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&jr); err != nil || resp.StatusCode != http.StatusCreated {
-		return 0, fmt.Errorf("voice join: HTTP %d %v %v", resp.StatusCode, jr.Error, err)
-	}
-	c.slots = jr.Slots
-	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: jr.SDP}); err != nil {
+	c.slots = slots
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: answer}); err != nil {
 		return 0, err
 	}
 	return d, nil

@@ -188,37 +188,12 @@ func (m *VoiceMember) joinHere(ctx context.Context) error {
 		return err
 	}
 	<-g
-	body, _ := json.Marshal(map[string]string{"session_id": sid, "sdp": pc.LocalDescription().SDP})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v6/voice/session", bytes.NewReader(body))
+	answer, _, err := postVoiceJoin(ctx, base, m.Token, sid, pc.LocalDescription().SDP)
 	if err != nil {
 		_ = pc.Close()
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+m.Token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		_ = pc.Close()
-		return fmt.Errorf("voice join at %s: %w", base, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode != http.StatusCreated {
-		_ = pc.Close()
-		ve := &VoiceError{Status: resp.StatusCode}
-		if err := json.Unmarshal(raw, ve); err != nil {
-			ve.Message = string(raw)
-		}
-		return ve
-	}
-	var jr struct {
-		SDP string `json:"sdp"`
-	}
-	if err := json.Unmarshal(raw, &jr); err != nil {
-		_ = pc.Close()
-		return fmt.Errorf("voice join answer: %w", err)
-	}
-	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: jr.SDP}); err != nil {
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: answer}); err != nil {
 		_ = pc.Close()
 		return err
 	}
@@ -226,6 +201,40 @@ func (m *VoiceMember) joinHere(ctx context.Context) error {
 	m.pc, m.mic = pc, mic
 	m.mu.Unlock()
 	return nil
+}
+
+// postVoiceJoin offers sdp for the realtime session sessionID to the edge at
+// base (POST /v6/voice/session) and returns the answer and the slots
+// granted; a refusal is a *VoiceError.
+func postVoiceJoin(ctx context.Context, base, token, sessionID, sdp string) (answer string, slots int, err error) {
+	body, _ := json.Marshal(map[string]string{"session_id": sessionID, "sdp": sdp})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v6/voice/session", bytes.NewReader(body))
+	if err != nil {
+		return "", 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", 0, fmt.Errorf("voice join at %s: %w", base, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusCreated {
+		ve := &VoiceError{Status: resp.StatusCode}
+		if err := json.Unmarshal(raw, ve); err != nil {
+			ve.Message = string(raw)
+		}
+		return "", 0, ve
+	}
+	var jr struct {
+		SDP   string `json:"sdp"`
+		Slots int    `json:"slots"`
+	}
+	if err := json.Unmarshal(raw, &jr); err != nil {
+		return "", 0, fmt.Errorf("voice join answer: %w", err)
+	}
+	return jr.SDP, jr.Slots, nil
 }
 
 func (m *VoiceMember) readSlot(tr *webrtc.TrackRemote) {

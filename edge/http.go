@@ -35,13 +35,17 @@ func writeError(w http.ResponseWriter, status int, code, format string, args ...
 }
 
 // decodeJSON strictly decodes a bounded JSON body into v.
-func decodeJSON(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxJSONBody+1))
+func decodeJSON(r *http.Request, v any) error { return decodeJSONWithin(r, v, maxJSONBody+1) }
+
+// decodeJSONWithin is decodeJSON with a body bound of limit bytes (a
+// longer body fails to decode). An empty body is io.EOF.
+func decodeJSONWithin(r *http.Request, v any, limit int64) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
-	if dec.More() {
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("trailing data after the JSON object")
 	}
 	return nil

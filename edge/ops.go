@@ -196,7 +196,8 @@ const (
 // revokeSession serves POST /ops/sessions/{session_id}/revoke: the
 // session's resume tokens are refused fleet-wide for their longest
 // lifetime (shard.Gateway.Revoke), and the session ends at once if it is
-// live here (elsewhere, at its edge's next pin refresh). Audited.
+// live anywhere (here at once; elsewhere on the Redis notice, or at that
+// edge's next pin refresh). Audited.
 func (e *Edge) revokeSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("session_id")
 	if !validSessionID(id) {
@@ -204,7 +205,7 @@ func (e *Edge) revokeSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req revokeRequest
-	if err := decodeRevoke(w, r, &req); err != nil {
+	if err := decodeRevoke(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", "%v", err)
 		return
 	}
@@ -229,21 +230,12 @@ func (e *Edge) revokeSession(w http.ResponseWriter, r *http.Request) {
 
 // decodeRevoke strictly decodes the optional, bounded body of a revoke: no
 // body at all is a revoke without a reason.
-func decodeRevoke(w http.ResponseWriter, r *http.Request, v *revokeRequest) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRevokeBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	var tooLarge *http.MaxBytesError
-	switch {
+func decodeRevoke(r *http.Request, v *revokeRequest) error {
+	switch err := decodeJSONWithin(r, v, maxRevokeBody); {
 	case errors.Is(err, io.EOF):
 		return nil
-	case errors.As(err, &tooLarge):
-		return fmt.Errorf("body over %d bytes", maxRevokeBody)
 	case err != nil:
-		return fmt.Errorf("body: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("trailing data after the JSON object")
+		return fmt.Errorf("body (at most %d bytes of JSON): %w", maxRevokeBody, err)
 	}
 	if len(v.Reason) > maxRevokeReason {
 		return fmt.Errorf("reason over %d bytes", maxRevokeReason)

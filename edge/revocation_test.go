@@ -145,18 +145,7 @@ func TestRevokeEndpoint(t *testing.T) {
 	})
 
 	// The bystander is untouched.
-	if err := bystander.Send(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Ping{Ping: &codec.Ping{ClientTimeMs: 7}}}, false); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		env, err := bystander.Recv(ctx)
-		if err != nil {
-			t.Fatalf("bystander disturbed: %v", err)
-		}
-		if env.GetPong().GetClientTimeMs() == 7 {
-			break
-		}
-	}
+	pingPong(t, ctx, bystander, 7)
 }
 
 // TestRevokeFleet: two edges share one Redis. A session of edge A that

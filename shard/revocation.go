@@ -60,11 +60,11 @@ func (g *Gateway) Revoke(ctx context.Context, sessionID string) (until time.Time
 // (ErrPinNotFound) or the store's.
 func (g *Gateway) pinAndRevoked(ctx context.Context, sessionID string) (pin Pin, revoked bool, err error) {
 	if sp, ok := g.pins.(*StatePins); ok {
-		// The same StatePins decoding, over a KV whose Get also reads the
-		// revocation in the same round trip (state.GetRevoked).
-		kv := &revocationKV{KV: sp.kv, rev: g.d.Revocations}
-		pin, err = (&StatePins{kv: kv, connectedTTL: sp.connectedTTL}).Get(ctx, sessionID, g.now())
-		return pin, kv.revoked, err
+		// The pin read and the revocation read share one round trip
+		// (state.GetRevoked; StatePins keys pins by session id).
+		b, revoked, err := state.GetRevoked(ctx, sp.kv, sessionID, g.d.Revocations, sessionID)
+		pin, err = decodePin(sessionID, b, err, g.now())
+		return pin, revoked, err
 	}
 	pin, err = g.pins.Get(ctx, sessionID, g.now())
 	if err != nil && !errors.Is(err, ErrPinNotFound) {
@@ -75,21 +75,6 @@ func (g *Gateway) pinAndRevoked(ctx context.Context, sessionID string) (pin Pin,
 		return Pin{}, false, rerr
 	}
 	return pin, set[sessionID], err
-}
-
-// revocationKV is a pin KV seen by one resume check: Get (StatePins keys
-// pins by session id) reads the pin and that session's revocation together
-// and records the latter.
-type revocationKV struct {
-	state.KV
-	rev     state.Revocations
-	revoked bool
-}
-
-func (k *revocationKV) Get(ctx context.Context, sessionID string) ([]byte, error) {
-	v, revoked, err := state.GetRevoked(ctx, k.KV, sessionID, k.rev, sessionID)
-	k.revoked = revoked
-	return v, err
 }
 
 // closeRevoked ends the sessions of live that are revoked and returns the
@@ -117,8 +102,7 @@ func (g *Gateway) closeRevoked(ctx context.Context, live []*session) []*session 
 	kept := live[:0]
 	for _, s := range live {
 		if revoked[s.id] {
-			s.stop(revokedCause)
-			g.log.Info("revoked session closed", "session", s.id, "shard", s.shardID)
+			g.endRevoked(s, "periodic check")
 			continue
 		}
 		kept = append(kept, s)
@@ -133,8 +117,7 @@ func (g *Gateway) watchRevocations(ctx context.Context, n state.RevocationNotice
 	for {
 		err := n.Watch(ctx, func(sessionID string) {
 			if s := g.lookup(sessionID); s != nil {
-				s.stop(revokedCause)
-				g.log.Info("revoked session closed", "session", s.id, "shard", s.shardID, "by", "notice")
+				g.endRevoked(s, "notice")
 			}
 		})
 		if ctx.Err() != nil {
@@ -147,4 +130,10 @@ func (g *Gateway) watchRevocations(ctx context.Context, n state.RevocationNotice
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// endRevoked ends a live session found revoked (by: how it was found).
+func (g *Gateway) endRevoked(s *session, by string) {
+	s.stop(revokedCause)
+	g.log.Info("revoked session closed", "session", s.id, "shard", s.shardID, "by", by)
 }

@@ -56,6 +56,11 @@ func (p *StatePins) Put(ctx context.Context, pin Pin) error {
 // Get implements PinStore.
 func (p *StatePins) Get(ctx context.Context, sessionID string, now time.Time) (Pin, error) {
 	b, err := p.kv.Get(ctx, sessionID)
+	return decodePin(sessionID, b, err, now)
+}
+
+// decodePin turns a KV read of sessionID's pin (b, err) into a Pin.
+func decodePin(sessionID string, b []byte, err error, now time.Time) (Pin, error) {
 	if errors.Is(err, state.ErrNotFound) {
 		return Pin{}, ErrPinNotFound
 	}

@@ -170,26 +170,6 @@ func serverPID(addr string) (int, error) {
 	return 0, fmt.Errorf("no process_id in INFO server")
 }
 
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if !strings.HasPrefix(line, "+PONG") {
-		return fmt.Errorf("unexpected reply %q", line)
-	}
-	return nil
-}
-
 // Kill stops the server (SIGKILL: no shutdown save) and waits for it.
 // Safe to call more than once.
 func (s *Server) Kill() {

@@ -1,8 +1,11 @@
 package redistest
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +93,25 @@ func TestLaunchPortTaken(t *testing.T) {
 	if err != nil || pid != s.cmd.Process.Pid {
 		t.Fatalf("server at %s: pid %d err %v, want our process %d", s.Addr, pid, err, s.cmd.Process.Pid)
 	}
+}
+
+// ping sends PING to addr and expects +PONG.
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("unexpected reply %q", line)
+	}
+	return nil
 }
