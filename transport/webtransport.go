@@ -465,7 +465,12 @@ func (c *wtConn) closeWith(code uint32, reason string, why error) error {
 	if !c.end(why) {
 		return nil
 	}
-	// Unblock a stream reader waiting on a client that never closes.
+	// Unblock the stream reader. CancelRead alone is not enough: when the
+	// client's WT_SESSION_GONE reset arrived first, webtransport-go's Read
+	// waits for the session's close, and CancelRead detaches the stream
+	// from the session so that close never reaches it; only a read
+	// deadline wakes that wait.
+	_ = c.str.SetReadDeadline(time.Now())
 	c.str.CancelRead(0)
 	// FIN after the buffered frames, then the session close with its code.
 	_ = c.str.Close()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/quic-go/quicvarint"
 	"github.com/quic-go/webtransport-go"
 
 	"github.com/oshun/egbe-edge/codec"
@@ -40,8 +41,14 @@ func startWT(t *testing.T, h Handler) (*WebTransport, *Metrics, string, *tls.Con
 	go func() { served <- wt.Serve(ctx, pconn, serverTLS, mux) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			// Fail here, not at the package's timeout 25 minutes on.
+			t.Errorf("Serve still running 30 s after its context ended: a Handler never returned")
 		}
 		pconn.Close()
 	})
@@ -241,4 +248,77 @@ func TestWebTransportServeCancelEndsSessions(t *testing.T) {
 		t.Fatalf("Serve: %v", err)
 	}
 	<-sess.Context().Done() // the session ended with the server
+}
+
+// A client whose reliable stream is reset with WT_SESSION_GONE before the
+// edge closes the session (the client is closing, and its close capsule is
+// still on the way) must not leave the stream reader behind: Close has to
+// wake webtransport-go's wait for the session close, which CancelRead
+// alone never delivers to the stream. Left behind, it kept the Handler's
+// upgrade, and so Shutdown, waiting forever.
+func TestWebTransportCloseAfterSessionGoneReset(t *testing.T) {
+	leakCheck(t)
+	_, m, base, clientTLS := startWT(t, func(ctx context.Context, c Conn) {
+		for {
+			msg, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			if msg.Lane == Unreliable {
+				_ = c.Close(codec.CodeDraining.CloseCode(), "bye")
+				return
+			}
+			if err := c.WriteReliable(ctx, msg.Data); err != nil {
+				return
+			}
+		}
+	})
+
+	// Dial through webtransport-go, keeping the QUIC connection so the
+	// test can open a raw stream and reset it the way a closing session
+	// resets its streams.
+	var qconn *quic.Conn
+	tr := &webtransport.Transport{
+		TLSClientConfig: clientTLS,
+		QUICConfig:      &quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true},
+		DialAddr: func(ctx context.Context, addr string, tlsConf *tls.Config, conf *quic.Config) (*quic.Conn, error) {
+			c, err := quic.DialAddrEarly(ctx, addr, tlsConf, conf)
+			qconn = c
+			return c, err
+		},
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, sess, err := tr.Dial(ctx, base+PathWebTransport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.CloseWithError(0, "")
+
+	// The reliable lane, opened by hand: the WebTransport stream header
+	// (frame type 0x41, then the session id, which is the CONNECT
+	// stream's id: the client's first bidirectional stream, 0).
+	str, err := qconn.OpenStreamSync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := quicvarint.Append(quicvarint.Append(nil, 0x41), 0)
+	if _, err := str.Write(codec.AppendFrame(hdr, []byte("hi"))); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := codec.ReadFrame(bufio.NewReader(str), nil, codec.MaxMessageSize); err != nil || string(b) != "hi" {
+		t.Fatalf("echo: %q %v", b, err)
+	}
+	str.CancelWrite(webtransport.WTSessionGoneErrorCode)
+	// Let the reset reach the edge's stream reader before the datagram
+	// that makes the edge close (no close capsule is ever sent).
+	time.Sleep(100 * time.Millisecond)
+	for i := 0; counter(m, "active", "webtransport") != 0; i++ {
+		if i == 200 {
+			t.Fatal("the session is still active: the stream reader never returned after Close")
+		}
+		_ = sess.SendDatagram([]byte("close"))
+		time.Sleep(50 * time.Millisecond) // poll interval; datagrams may be lost
+	}
 }
