@@ -54,7 +54,13 @@ step "go test -race"
 mkdir -p artifacts
 go test -race -count=1 -timeout 25m ./... 2>&1 | tee artifacts/test.log
 status=${PIPESTATUS[0]}
-[ "$status" -eq 0 ] || exit "$status"
+if [ "$status" -ne 0 ]; then
+  # The log's tail is often one goroutine dump; repeat what failed, and a
+  # timed-out package's running tests, where a reader of the tail sees it.
+  step "what failed (full log: artifacts/test.log)"
+  grep -E -A3 '^(--- FAIL|FAIL|panic: )|running tests:' artifacts/test.log | grep -v '^\s*$' | head -80 || true
+  exit "$status"
+fi
 
 if [ "$FUZZTIME" != "0" ]; then
   step "fuzz (each target: $FUZZTIME)"
