@@ -23,7 +23,9 @@ import (
 // configured address and routes, whatever the fleet announces for it. A
 // discovered shard's announced instances only fill routes this edge does
 // not have; its own LinkShardHello (once its link is up) is authoritative,
-// as for a configured shard.
+// as for a configured shard. A discovered link that is down follows the
+// address the fleet announces, so a shard that restarts elsewhere is
+// relinked without restarting the edge.
 
 // DefaultAnnounceInterval is how often links announce their shards and the
 // directory is listed.
@@ -111,7 +113,7 @@ func (g *Gateway) announceLinks(ctx context.Context, ttl time.Duration) error {
 		if !ok {
 			continue
 		}
-		rec.Addr, rec.EdgeID = l.addr, g.cfg.EdgeID
+		rec.Addr, rec.EdgeID = l.address(), g.cfg.EdgeID
 		if err := g.d.Shards.Announce(ctx, rec, ttl); err != nil {
 			if errors.Is(err, state.ErrUnavailable) || ctx.Err() != nil {
 				return err
@@ -153,11 +155,19 @@ func (g *Gateway) discover(opCtx, runCtx context.Context, wg *sync.WaitGroup, no
 			g.log.Info("shard discovered", "shard", rec.ID, "addr", rec.Addr, "instances", len(rec.Instances), "announced_by", rec.EdgeID)
 			wg.Add(1)
 			go func() { defer wg.Done(); l.run(runCtx) }()
-		case l.addr != rec.Addr && noted[rec.ID] != rec.Addr:
-			// A discovered link keeps its first address for the
-			// gateway's life (see README).
-			noted[rec.ID] = rec.Addr
-			g.log.Warn("discovered shard announced at another address; keeping the first", "shard", rec.ID, "linked", l.addr, "announced", rec.Addr)
+		case l.address() != rec.Addr:
+			// Only edges with a live link announce, so an announced
+			// address answered lately: a discovered link that is down
+			// follows it (the shard moved); one that is up keeps its own.
+			old := l.address()
+			switch {
+			case l.moveTo(rec.Addr):
+				delete(noted, rec.ID)
+				g.log.Info("discovered shard moved: relinking", "shard", rec.ID, "from", old, "to", rec.Addr, "announced_by", rec.EdgeID)
+			case noted[rec.ID] != rec.Addr:
+				noted[rec.ID] = rec.Addr
+				g.log.Warn("discovered shard announced at another address; keeping the live link", "shard", rec.ID, "linked", old, "announced", rec.Addr)
+			}
 		}
 		g.dir.fillRoutes(rec.ID, rec.Instances)
 	}
@@ -208,6 +218,15 @@ func (d *Directory) addShard(shardID, addr string) {
 	defer d.mu.Unlock()
 	if d.shards[shardID] == nil {
 		d.shards[shardID] = &shardEntry{addr: addr}
+	}
+}
+
+// setAddr records a discovered shard's new address.
+func (d *Directory) setAddr(shardID, addr string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e := d.shards[shardID]; e != nil {
+		e.addr = addr
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/shard/shardsim"
 	"github.com/oshun/egbe-edge/state"
 )
 
@@ -97,7 +98,7 @@ func TestDiscoveryOverRedis(t *testing.T) {
 	cdir := &watchDir{ShardDirectory: dir}
 	cg := e.startDiscoveryGateway(t, dead, cdir)
 	waitFor(t, "C to list the directory (with s1 in it) three times", func() bool { return cdir.lists.Load() >= 3 })
-	if l := cg.link("s1"); l == nil || l.addr != "127.0.0.1:9" || cg.LinkUp("s1") {
+	if l := cg.link("s1"); l == nil || l.address() != "127.0.0.1:9" || cg.LinkUp("s1") {
 		t.Fatalf("C's configured s1 was replaced by the announced one: %+v", l)
 	}
 	if _, err := cg.Directory().RouteFor("orun-grove"); !errors.Is(err, ErrUnknownInstance) {
@@ -142,6 +143,53 @@ func TestDiscoveryMemoryDirectory(t *testing.T) {
 	if n := len(b.linkList()); n != 2 {
 		t.Fatalf("B holds %d links, want 2", n)
 	}
+}
+
+// TestDiscoveryFollowsMovedShard: a shard that restarts at another address
+// is relinked by an edge that discovered it, without restarting that edge,
+// once an edge configured with the new address announces it; a link that
+// is up never moves.
+func TestDiscoveryFollowsMovedShard(t *testing.T) {
+	dir := state.NewMemoryShardDirectory(nil)
+	e := newTestEnv(t, nil, shardSpec{id: "s1", instances: []string{"orun-grove"}, agents: 5})
+	e.startDiscoveryGateway(t, e.g.cfg, dir) // A: configured with s1's first address
+	bare := DefaultConfig()
+	bare.HandshakeTimeout = 5 * time.Second
+	b := e.startDiscoveryGateway(t, bare, dir)
+	first := e.shards["s1"].Addr()
+	waitFor(t, "B to link s1", func() bool { return b.LinkUp("s1") })
+	if l := b.link("s1"); l.moveTo("127.0.0.1:9") || l.address() != first {
+		t.Fatalf("an up link moved: now at %s", l.address())
+	}
+
+	// s1 restarts elsewhere; an edge configured with the new address
+	// links it and announces it.
+	_ = e.shards["s1"].Close()
+	waitFor(t, "B's link down", func() bool { return !b.LinkUp("s1") })
+	moved, err := shardsim.Start(e.ctx, shardsim.Config{Listen: "127.0.0.1:0", ShardID: "s1", Instances: []string{"orun-grove"}, Agents: 5, Players: 2, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = moved.Close() })
+	cfgC := DefaultConfig()
+	cfgC.EdgeID = "edge-c"
+	cfgC.Shards = map[string]string{"s1": moved.Addr()}
+	cfgC.Instances = map[string]string{"orun-grove": "s1"}
+	e.startDiscoveryGateway(t, cfgC, dir)
+
+	waitFor(t, "B to relink s1 at its new address", func() bool { return b.LinkUp("s1") })
+	if got := b.link("s1").address(); got != moved.Addr() {
+		t.Fatalf("B linked s1 at %s, want %s", got, moved.Addr())
+	}
+	if r, err := b.Directory().RouteFor("orun-grove"); err != nil || r.Addr != moved.Addr() || !r.Healthy {
+		t.Fatalf("B's route after the move: %+v %v", r, err)
+	}
+	c := e.serveOn(b, "websocket", false)
+	if h := c.handshake(e.hello("ada", "orun-grove")); h.ShardId != "s1" || h.Acceptance != codec.Acceptance_ACCEPTED {
+		t.Fatalf("session on B after the move: %+v", h)
+	}
+	c.sendActions(1, 1)
+	c.until("ack 1 from the moved shard", func(env *codec.ServerEnvelope) bool { return env.GetActionAck().GetActionId() == 1 })
 }
 
 // watchDir is a real directory that records who announced what, and

@@ -21,14 +21,17 @@ import (
 // link is the edge's one QUIC connection to one shard, redialled with
 // jittered backoff for as long as the gateway runs.
 type link struct {
-	g    *Gateway     // immutable
-	id   string       // immutable: shard id
-	addr string       // immutable
-	log  *slog.Logger // immutable
+	g   *Gateway     // immutable
+	id  string       // immutable: shard id
+	log *slog.Logger // immutable
 
 	subNotify chan struct{} // cap 1: the subscription set changed
+	moved     chan struct{} // cap 1: addr changed while down (moveTo); redial now
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// addr is where the link dials. Fixed for a configured shard; a
+	// discovered one follows the fleet directory while down (moveTo).
+	addr     string                           // guarded by mu
 	conn     *quic.Conn                       // guarded by mu; nil while down
 	upCh     chan struct{}                    // guarded by mu; closed when conn is set
 	sessions map[string]map[*session]struct{} // instance -> sessions; guarded by mu
@@ -41,6 +44,7 @@ func newLink(g *Gateway, id, addr string) *link {
 	return &link{
 		g: g, id: id, addr: addr, log: g.log.With("shard", id),
 		subNotify: make(chan struct{}, 1),
+		moved:     make(chan struct{}, 1),
 		upCh:      make(chan struct{}),
 		sessions:  map[string]map[*session]struct{}{},
 	}
@@ -52,17 +56,44 @@ func (l *link) up() bool {
 	return l.conn != nil
 }
 
+// address returns where the link dials (and, while up, is connected).
+func (l *link) address() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.addr
+}
+
+// moveTo points a link that is down at addr and cuts its backoff short,
+// reporting whether it moved. A link that is up keeps its address: a live
+// connection proves it, whatever else is announced.
+func (l *link) moveTo(addr string) bool {
+	l.mu.Lock()
+	if l.conn != nil || l.addr == addr {
+		l.mu.Unlock()
+		return false
+	}
+	l.addr = addr
+	l.mu.Unlock()
+	l.g.dir.setAddr(l.id, addr)
+	select {
+	case l.moved <- struct{}{}:
+	default:
+	}
+	return true
+}
+
 // run dials and serves the link until ctx is done.
 func (l *link) run(ctx context.Context) {
 	backoff := l.g.cfg.ReconnectMin
 	for ctx.Err() == nil {
-		conn, err := l.dial(ctx)
+		addr := l.address()
+		conn, err := l.dial(ctx, addr)
 		if err != nil {
 			l.g.m.linkConnects.WithLabelValues(l.id, "error").Inc()
-			l.log.Debug("link dial failed", "err", err)
+			l.log.Debug("link dial failed", "addr", addr, "err", err)
 		} else {
 			l.g.m.linkConnects.WithLabelValues(l.id, "ok").Inc()
-			if l.serve(ctx, conn) {
+			if l.serve(ctx, conn, addr) {
 				backoff = l.g.cfg.ReconnectMin // it was up: start the backoff over
 			}
 		}
@@ -73,6 +104,10 @@ func (l *link) run(ctx context.Context) {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-l.moved:
+			t.Stop()
+			backoff = l.g.cfg.ReconnectMin // a new address: its own backoff
+			continue
 		case <-t.C:
 		}
 		backoff = min(backoff*2, l.g.cfg.ReconnectMax)
@@ -83,11 +118,11 @@ func (l *link) run(ctx context.Context) {
 // control stream's too: it grows to 4x under a steady snapshot flow).
 const linkStreamWindow = 64 << 10
 
-func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
+func (l *link) dial(ctx context.Context, addr string) (*quic.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	tlsConf := &tls.Config{NextProtos: []string{linkio.ALPN}, InsecureSkipVerify: l.g.cfg.LinkInsecure, ServerName: "egbe-shard", MinVersion: tls.VersionTLS13} //nolint:gosec // shards present self-signed certs in dev (Config.LinkInsecure)
-	return quic.DialAddr(dctx, l.addr, tlsConf, &quic.Config{
+	return quic.DialAddr(dctx, addr, tlsConf, &quic.Config{
 		MaxIdleTimeout:        l.g.cfg.HeartbeatTimeout + l.g.cfg.HeartbeatInterval,
 		KeepAlivePeriod:       l.g.cfg.HeartbeatInterval,
 		MaxIncomingStreams:    -1,
@@ -108,9 +143,9 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 	})
 }
 
-// serve runs one connection: hello, then the control stream, until it dies.
-// It reports whether the link came up.
-func (l *link) serve(ctx context.Context, conn *quic.Conn) bool {
+// serve runs one connection (dialled at addr): hello, then the control
+// stream, until it dies. It reports whether the link came up.
+func (l *link) serve(ctx context.Context, conn *quic.Conn, addr string) bool {
 	defer conn.CloseWithError(linkio.CodeNone, "")
 	st, err := conn.OpenStreamSync(ctx)
 	if err != nil {
@@ -139,11 +174,16 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) bool {
 
 	l.mu.Lock()
 	l.conn = conn
+	moved := l.addr != addr // moveTo landed while this dial was in flight
+	l.addr = addr           // what is announced is what answered
 	close(l.upCh)
 	l.mu.Unlock()
+	if moved {
+		l.g.dir.setAddr(l.id, addr)
+	}
 	l.g.dir.SetHealth(l.id, true)
 	l.g.m.linkUp.WithLabelValues(l.id).Set(1)
-	l.log.Info("link up", "addr", l.addr, "instances", sh.Instances)
+	l.log.Info("link up", "addr", addr, "instances", sh.Instances)
 	select {
 	case l.subNotify <- struct{}{}:
 	default:
