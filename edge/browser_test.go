@@ -5,14 +5,21 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/bench"
+	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/shard/shardsim"
 )
 
 // runNode runs a browser-test script under web/browsertest with args and
@@ -78,6 +85,91 @@ func TestDemoPageEveryTransport(t *testing.T) {
 			t.Errorf("%s: session not established: %+v", k, r)
 		}
 	}
+}
+
+// TestDemoPageResumesThroughBalancer: the demo page, served through a
+// load balancer in front of two edge processes (one Redis, one reference
+// shard), loses its WebSocket when the edge holding it is killed
+// (SIGKILL) and resumes the same session on the other edge by itself,
+// with its resume token, and world updates flow again.
+func TestDemoPageResumesThroughBalancer(t *testing.T) {
+	bin, err := buildEdgeBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rds := redistest.StartServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	sim, err := shardsim.Start(ctx, shardsim.Config{Listen: "127.0.0.1:0", ShardID: "s1", Instances: []string{"orun-grove"}, Agents: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	t.Setenv("EGBE_JWT_SECRET", strings.Repeat("balancer-secret-", 3))
+	var edges [2]*bench.Target
+	for i := range edges {
+		e, err := bench.StartEdge(ctx, bin, "--dev-shard=false", "--shard", "s1="+sim.Addr(), "--instance", "orun-grove=s1",
+			"--redis-url", "redis://"+rds.Addr+"/0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Stop()
+		edges[i] = e
+	}
+
+	// The balancer: everything to edge 0 until the test kills it, then
+	// everything to edge 1 (as a health-checking balancer would).
+	var backend atomic.Pointer[url.URL]
+	first, _ := url.Parse(edges[0].HTTPBase)
+	backend.Store(first)
+	var toSecond atomic.Int32
+	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		u := backend.Load()
+		if u.String() == edges[1].HTTPBase {
+			toSecond.Add(1)
+		}
+		r.SetURL(u)
+	}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /__test/kill-edge", func(w http.ResponseWriter, _ *http.Request) {
+		if err := edges[0].Kill(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		second, _ := url.Parse(edges[1].HTTPBase)
+		backend.Store(second)
+	})
+	mux.Handle("/", proxy)
+	lb := httptest.NewServer(mux)
+	defer lb.Close()
+
+	type view struct {
+		OK        bool            `json:"ok"`
+		State     string          `json:"state"`
+		SessionID string          `json:"sessionId"`
+		ShardID   string          `json:"shardId"`
+		Resumes   int             `json:"resumes"`
+		Updates   int             `json:"updates"`
+		Errors    json.RawMessage `json:"errors"`
+		Log       []string        `json:"log"`
+	}
+	var res struct {
+		Phase   string   `json:"phase"`
+		Before  view     `json:"before"`
+		After   view     `json:"after"`
+		Console []string `json:"console"`
+	}
+	runNode(t, "resume.mjs", 120*time.Second, &res, lb.URL)
+	if res.Phase != "resume" || !res.Before.OK {
+		t.Fatalf("no session before the kill: %+v", res)
+	}
+	if !res.After.OK || res.After.SessionID != res.Before.SessionID || res.After.ShardID != "s1" || res.After.Resumes < 1 {
+		t.Fatalf("the page did not resume session %s on the other edge: %+v", res.Before.SessionID, res)
+	}
+	if toSecond.Load() == 0 {
+		t.Fatal("nothing reached the second edge")
+	}
+	t.Logf("session %s resumed after the kill (%d resume, %d world updates in all)", res.After.SessionID, res.After.Resumes, res.After.Updates)
 }
 
 // TestDemoVoiceTwoTabs: two demo tabs join voice in one squad with fake

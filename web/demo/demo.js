@@ -9,7 +9,7 @@ const CAPABILITIES = ['deltas', 'unreliable-lane', 'world-events', 'squad-comms'
 
 const egbe = window.egbe = {
   state: 'idle', transport: null, sessionId: null, shardId: null, entityId: 0, rttMs: null,
-  counts: {}, inView: 0, errors: [], log: [], voice: { state: 'off', inboundPackets: 0 },
+  counts: {}, inView: 0, errors: [], log: [], voice: { state: 'off', inboundPackets: 0 }, resumes: 0,
 };
 
 function log(...args) {
@@ -154,6 +154,7 @@ const openers = { webtransport: openWebTransport, webrtc: openWebRTC, websocket:
 const states = new Map(); // sequence -> Map(id -> entity)
 let latestSeq = 0;
 let conn = null;
+let connGen = 0; // identifies the current transport; its close callback checks it
 let timers = [];
 
 function applyState(seq, ents) {
@@ -170,6 +171,11 @@ function onMessage(env) {
   if (env.hello) {
     count('hello');
     const h = env.hello;
+    resumeAwaited = false;
+    if (h.resumed) {
+      egbe.resumes++;
+      log('resumed session', h.sessionId, 'on shard', h.shardId);
+    }
     Object.assign(egbe, { sessionId: h.sessionId, shardId: h.shardId, entityId: h.entityId || 0, resumeToken: h.resumeToken });
     $('session').textContent = h.sessionId; $('shard').textContent = h.shardId;
     $('acceptance').textContent = ['?', 'ACCEPTED', 'DEGRADED', 'REJECTED'][h.acceptance] || h.acceptance;
@@ -199,6 +205,12 @@ function onMessage(env) {
     count('error');
     egbe.errors.push(env.error);
     log('error', env.error);
+    if (egbe.state === 'hello' && resumeAwaited) {
+      // An Error instead of a ServerHello: the resume was refused
+      // (revoked, expired, the shard gone for good); do not retry.
+      disconnect();
+      setState('failed');
+    }
   } else if (env.drain) {
     count('drain'); log('drain', env.drain);
   } else if (env.event) { count('event'); } else if (env.actionAck) { count('actionAck'); } else if (env.voice) {
@@ -207,31 +219,41 @@ function onMessage(env) {
   $('counts').textContent = JSON.stringify(egbe.counts);
 }
 
+// Opens the best (or the forced) transport the edge offers and sends the
+// hello; resumeToken set means resume that session. Throws when no
+// transport opens.
+async function open(token, resumeToken) {
+  const neg = await negotiate();
+  egbe.fallbackChain = neg.fallbackChain;
+  const forced = $('transport').value || params.get('transport');
+  const candidates = neg.transports.filter((t) => !forced || t.kind === forced);
+  if (!candidates.length) throw new Error('transport ' + forced + ' not offered');
+  let lastErr;
+  const gen = ++connGen;
+  for (const t of candidates) {
+    setState('opening ' + t.kind);
+    try {
+      conn = await openers[t.kind](t, onMessage, () => transportClosed(gen));
+      break;
+    } catch (e) { lastErr = e; log('open', t.kind, 'failed:', String(e)); }
+  }
+  if (!conn) throw lastErr;
+  egbe.transport = conn.kind; $('t').textContent = conn.kind;
+  setState('hello');
+  resumeAwaited = !!resumeToken;
+  conn.send({ hello: {
+    accessToken: token, instanceId: $('instance').value, authorityKind: 2, protocolVersion: 1,
+    capabilities: CAPABILITIES, rendererProfile: { renderer: 1 }, ...(resumeToken ? { resumeToken } : {}),
+  } });
+}
+
 async function connect() {
   disconnect();
   setState('negotiating');
   try {
-    const [token, neg] = await Promise.all([devToken(), negotiate()]);
+    const token = await devToken();
     egbe.accessToken = token;
-    egbe.fallbackChain = neg.fallbackChain;
-    const forced = $('transport').value || params.get('transport');
-    const candidates = neg.transports.filter((t) => !forced || t.kind === forced);
-    if (!candidates.length) throw new Error('transport ' + forced + ' not offered');
-    let lastErr;
-    for (const t of candidates) {
-      setState('opening ' + t.kind);
-      try {
-        conn = await openers[t.kind](t, onMessage, () => { if (egbe.state === 'connected') setState('closed'); });
-        break;
-      } catch (e) { lastErr = e; log('open', t.kind, 'failed:', String(e)); }
-    }
-    if (!conn) throw lastErr;
-    egbe.transport = conn.kind; $('t').textContent = conn.kind;
-    setState('hello');
-    conn.send({ hello: {
-      accessToken: token, instanceId: $('instance').value, authorityKind: 2, protocolVersion: 1,
-      capabilities: CAPABILITIES, rendererProfile: { renderer: 1 },
-    } });
+    await open(token, '');
     let seq = 0;
     const t0 = performance.now();
     timers.push(setInterval(() => conn?.send({ ping: { clientTimeMs: Math.round(performance.now()) } }), 500));
@@ -246,7 +268,49 @@ async function connect() {
   }
 }
 
+// A transport that ends while the session is live (its edge died, or
+// drained it) is resumed with the resume token through the same origin:
+// behind a load balancer that is any edge of the fleet. Backoff 250 ms
+// doubling to 4 s, for up to a minute; a refused resume is final.
+const RESUME_FOR_MS = 60000;
+let resumeTimer = null;
+let resumeAwaited = false; // a resume hello is out: an Error answering it is final
+
+function transportClosed(gen) {
+  if (gen !== connGen) return; // an older or user-closed transport
+  connGen++;
+  conn = null;
+  if (egbe.state !== 'connected' || !egbe.resumeToken) {
+    if (egbe.state === 'connected') setState('closed');
+    return;
+  }
+  log('transport lost: resuming session', egbe.sessionId);
+  resumeSession(Date.now() + RESUME_FOR_MS, 250);
+}
+
+function resumeSession(until, delay) {
+  setState('resuming');
+  resumeTimer = setTimeout(async () => {
+    resumeTimer = null;
+    try {
+      await open(egbe.accessToken, egbe.resumeToken);
+      return; // the ServerHello (or a refusal) arrives in onMessage
+    } catch (e) {
+      log('resume attempt failed:', String(e));
+    }
+    if (Date.now() + delay > until) {
+      setState('failed');
+      egbe.errors.push({ code: 'client', message: 'could not resume the session' });
+      return;
+    }
+    resumeSession(until, Math.min(delay * 2, 4000));
+  }, delay);
+}
+
 function disconnect() {
+  connGen++; // what closes from here on was closed on purpose
+  clearTimeout(resumeTimer);
+  resumeTimer = null;
   for (const t of timers) clearInterval(t);
   timers = [];
   conn?.close();
