@@ -17,9 +17,6 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/auth"
-	"github.com/oshun/egbe-edge/bench"
-	"github.com/oshun/egbe-edge/internal/redistest"
-	"github.com/oshun/egbe-edge/shard/shardsim"
 )
 
 // runNode runs a browser-test script under web/browsertest with args and
@@ -93,29 +90,9 @@ func TestDemoPageEveryTransport(t *testing.T) {
 // (SIGKILL) and resumes the same session on the other edge by itself,
 // with its resume token, and world updates flow again.
 func TestDemoPageResumesThroughBalancer(t *testing.T) {
-	bin, err := buildEdgeBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rds := redistest.StartServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	sim, err := shardsim.Start(ctx, shardsim.Config{Listen: "127.0.0.1:0", ShardID: "s1", Instances: []string{"orun-grove"}, Agents: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
-	t.Setenv("EGBE_JWT_SECRET", strings.Repeat("balancer-secret-", 3))
-	var edges [2]*bench.Target
-	for i := range edges {
-		e, err := bench.StartEdge(ctx, bin, "--dev-shard=false", "--shard", "s1="+sim.Addr(), "--instance", "orun-grove=s1",
-			"--redis-url", "redis://"+rds.Addr+"/0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer e.Stop()
-		edges[i] = e
-	}
+	edges := startOneShardFleet(t, ctx, 2, 20, strings.Repeat("balancer-secret-", 3))
 
 	// The balancer: everything to edge 0 until the test kills it, then
 	// everything to edge 1 (as a health-checking balancer would).

@@ -34,6 +34,35 @@ var buildEdgeBinary = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
+// startOneShardFleet runs n edge processes on one fresh Redis and one
+// reference shard (s1, serving orun-grove with agents agents), sharing
+// secret; everything stops when the test ends.
+func startOneShardFleet(t *testing.T, ctx context.Context, n, agents int, secret string) []*bench.Target {
+	t.Helper()
+	bin, err := buildEdgeBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rds := redistest.StartServer(t)
+	sim, err := shardsim.Start(ctx, shardsim.Config{Listen: "127.0.0.1:0", ShardID: "s1", Instances: []string{"orun-grove"}, Agents: agents})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sim.Close() })
+	t.Setenv("EGBE_JWT_SECRET", secret)
+	edges := make([]*bench.Target, n)
+	for i := range edges {
+		e, err := bench.StartEdge(ctx, bin, "--dev-shard=false", "--shard", "s1="+sim.Addr(), "--instance", "orun-grove=s1",
+			"--redis-url", "redis://"+rds.Addr+"/0", "--policy", "../bench/loadtest-policy.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Stop)
+		edges[i] = e
+	}
+	return edges
+}
+
 // TestFleetFailover: three edge processes share one Redis and two
 // reference shards (orun-grove on s1, aye-shore on s2). Clients on edge A,
 // spread over both instances, apply actions and keep sending presence at

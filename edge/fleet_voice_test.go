@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/bench"
-	"github.com/oshun/egbe-edge/internal/redistest"
-	"github.com/oshun/egbe-edge/shard/shardsim"
 )
 
 // TestFleetVoice: a voice room lives on one edge at a time. Three edge
@@ -22,29 +20,9 @@ import (
 // the edge of the first member to re-join, the other is redirected there,
 // and they hear each other again.
 func TestFleetVoice(t *testing.T) {
-	bin, err := buildEdgeBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rds := redistest.StartServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	sim, err := shardsim.Start(ctx, shardsim.Config{Listen: "127.0.0.1:0", ShardID: "s1", Instances: []string{"orun-grove"}, Agents: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
-	t.Setenv("EGBE_JWT_SECRET", strings.Repeat("voice-fleet-", 4))
-	edges := make([]*bench.Target, 3)
-	for i := range edges {
-		e, err := bench.StartEdge(ctx, bin, "--dev-shard=false", "--shard", "s1="+sim.Addr(), "--instance", "orun-grove=s1",
-			"--redis-url", "redis://"+rds.Addr+"/0", "--policy", "../bench/loadtest-policy.json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer e.Stop()
-		edges[i] = e
-	}
+	edges := startOneShardFleet(t, ctx, 3, 10, strings.Repeat("voice-fleet-", 4))
 	a, b, c := edges[0], edges[1], edges[2]
 
 	members := make([]*bench.VoiceMember, 2)
