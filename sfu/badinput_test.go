@@ -156,3 +156,19 @@ func TestOverBudget(t *testing.T) {
 		}
 	}
 }
+
+// Quality sampling runs while clients hang up: each client's DTLS
+// close_notify makes pion close the SFU's PeerConnection on its own, and
+// the sampler must never read a PeerConnection pion is closing (under
+// -race, reading PeerConnection.GetStats there was a data race).
+func TestQualitySamplingWhilePeersHangUp(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.StatsInterval = time.Millisecond })
+	for round := 0; round < 3; round++ {
+		cs := e.joinAll(2, tm{id: 1, room: "r"}, tm{id: 2, room: "r"}, tm{id: 3, room: "r"})
+		expectHearing(t, cs, map[*client][]byte{cs[0]: {2, 3}, cs[1]: {1, 3}, cs[2]: {1, 2}})
+		for _, c := range cs {
+			c.close()
+		}
+		waitFor(t, 10*time.Second, "every peer gone", func() bool { return testutil.ToFloat64(e.sfu.m.peers) == 0 })
+	}
+}

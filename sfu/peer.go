@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/pion/interceptor/pkg/stats"
 	"github.com/pion/rtp"
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
@@ -38,6 +39,8 @@ type peer struct {
 	lastActive []uint32        // guarded by SFU.mu
 	quality    Quality         // guarded by SFU.mu
 	qc         qualityCounters // owned by Run (sampleQuality)
+	stats      stats.Getter    // this PeerConnection's stats interceptor; immutable after join (nil if none)
+	micSSRC    atomic.Uint32   // the microphone stream's SSRC, once it arrives (onTrack)
 	rttMicros  atomic.Int64    // last RTT from a receiver report on a slot (rtcpLoop)
 	slotLoss   atomic.Uint32   // last RR fraction lost on a slot, x/256 (rtcpLoop)
 
@@ -206,7 +209,7 @@ func (s *SFU) join(ctx context.Context, acc auth.Access, sessionID, offer string
 	p := &peer{
 		id: newID(), sessionID: sessionID, subject: acc.Subject, entityID: si.EntityID,
 		region: si.Region, room: si.InstanceID, policy: newPolicy(acc), pc: pc,
-		q: newQueue(s.cfg.QueueLen), done: make(chan struct{}),
+		stats: s.stats.take(pc.ID()), q: newQueue(s.cfg.QueueLen), done: make(chan struct{}),
 	}
 	fail := func(err error) (*peer, string, error) {
 		s.leave(p)
@@ -387,6 +390,7 @@ func (s *SFU) onTrack(p *peer, tr *webrtc.TrackRemote, rc *webrtc.RTPReceiver) {
 // of its own per packet.
 func (s *SFU) readLoop(p *peer, tr *webrtc.TrackRemote, levelID, pt uint8) {
 	ssrc := uint32(tr.SSRC())
+	p.micSSRC.Store(ssrc)
 	for {
 		pk := s.pool.Get().(*packet)
 		n, _, err := tr.Read(pk.b[:])

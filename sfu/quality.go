@@ -3,6 +3,7 @@ package sfu
 import (
 	"time"
 
+	"github.com/pion/interceptor/pkg/stats"
 	"github.com/pion/rtcp"
 	"github.com/pion/webrtc/v4"
 )
@@ -99,8 +100,8 @@ func (s *SFU) rtcpLoop(p *peer, st *slotTrack, snd *webrtc.RTPSender) {
 // qualityCounters are the cumulative inbound counters at the previous
 // sample, so loss is measured per interval. Owned by Run.
 type qualityCounters struct {
-	recv uint32
-	lost int32
+	recv uint64
+	lost int64
 }
 
 // sampleQuality reads every peer's RTCP-derived statistics (pion's stats
@@ -132,30 +133,20 @@ func (s *SFU) sampleQuality() {
 
 func (s *SFU) measure(p *peer) Quality {
 	var q Quality
-	var recv uint32
-	var lost int32
-	haveRTT, haveIn := false, false
+	haveRTT := false
 	if us := p.rttMicros.Load(); us > 0 {
 		haveRTT = true
 		q.RTTMs = float64(us) / 1000
 	}
 	q.Loss = float64(p.slotLoss.Load()) / 256
-	for _, st := range p.pc.GetStats() {
-		switch v := st.(type) {
-		case webrtc.InboundRTPStreamStats:
-			haveIn = true
-			recv += v.PacketsReceived
-			lost += v.PacketsLost
-			q.JitterMs = max(q.JitterMs, v.Jitter*1000)
-		}
-	}
-	if haveIn {
-		dr := int64(recv) - int64(p.qc.recv)
-		dl := int64(lost) - int64(p.qc.lost)
+	if in, ok := p.micStats(); ok {
+		q.JitterMs = in.Jitter * 1000
+		dr := int64(in.PacketsReceived - p.qc.recv)
+		dl := in.PacketsLost - p.qc.lost
 		if dr+dl > 0 && dl > 0 {
 			q.Loss = max(q.Loss, float64(dl)/float64(dr+dl))
 		}
-		p.qc = qualityCounters{recv, lost}
+		p.qc = qualityCounters{in.PacketsReceived, in.PacketsLost}
 		s.m.jitter.Observe(q.JitterMs / 1000)
 	}
 	if haveRTT {
@@ -165,6 +156,20 @@ func (s *SFU) measure(p *peer) Quality {
 	f := s.overBudget(q)
 	q.Flagged = f[0] || f[1]
 	return q
+}
+
+// micStats returns the microphone stream's inbound statistics, once it
+// has sent something.
+func (p *peer) micStats() (stats.InboundRTPStreamStats, bool) {
+	ssrc := p.micSSRC.Load()
+	if p.stats == nil || ssrc == 0 {
+		return stats.InboundRTPStreamStats{}, false
+	}
+	st := p.stats.Get(ssrc)
+	if st == nil || st.InboundRTPStreamStats.PacketsReceived == 0 {
+		return stats.InboundRTPStreamStats{}, false
+	}
+	return st.InboundRTPStreamStats, true
 }
 
 // overBudget reports {latency, loss} against the regional budgets.

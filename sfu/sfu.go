@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pion/interceptor"
+	"github.com/pion/interceptor/pkg/stats"
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,13 +55,14 @@ type Deps struct {
 
 // SFU is the voice selective forwarding unit.
 type SFU struct {
-	cfg  Config           // immutable after New
-	deps Deps             // immutable after New
-	log  *slog.Logger     // immutable after New
-	now  func() time.Time // immutable after New
-	api  *webrtc.API      // immutable after New
-	m    *metrics         // immutable after New
-	pool sync.Pool        // of *packet
+	cfg   Config           // immutable after New
+	deps  Deps             // immutable after New
+	log   *slog.Logger     // immutable after New
+	now   func() time.Time // immutable after New
+	api   *webrtc.API      // immutable after New
+	stats *statsGetters    // immutable after New; filled by api's interceptor
+	m     *metrics         // immutable after New
+	pool  sync.Pool        // of *packet
 
 	mu      sync.Mutex
 	members map[string]*member        // guarded by mu; by session id
@@ -97,12 +99,12 @@ func New(cfg Config, d Deps) (*SFU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sfu: metrics: %w", err)
 	}
-	api, err := newAPI(d.Port)
+	api, getters, err := newAPI(d.Port)
 	if err != nil {
 		return nil, err
 	}
 	s := &SFU{
-		cfg: cfg, deps: d, log: d.Logger.With("component", "sfu"), now: d.Now, api: api, m: m,
+		cfg: cfg, deps: d, log: d.Logger.With("component", "sfu"), now: d.Now, api: api, stats: getters, m: m,
 		members: make(map[string]*member),
 		peers:   make(map[string]*peer),
 		rooms:   make(map[string]map[*peer]bool),
@@ -118,7 +120,7 @@ func New(cfg Config, d Deps) (*SFU, error) {
 // newAPI builds the voice webrtc.API: Opus and the RFC 6464 audio-level
 // extension only, RTCP sender/receiver reports and the stats interceptor
 // (RTT, loss, jitter), on the shared ICE-lite port.
-func newAPI(port *iceport.Port) (*webrtc.API, error) {
+func newAPI(port *iceport.Port) (*webrtc.API, *statsGetters, error) {
 	me := &webrtc.MediaEngine{}
 	if err := me.RegisterCodec(webrtc.RTPCodecParameters{
 		RTPCodecCapability: webrtc.RTPCodecCapability{
@@ -127,22 +129,45 @@ func newAPI(port *iceport.Port) (*webrtc.API, error) {
 		},
 		PayloadType: 111,
 	}, webrtc.RTPCodecTypeAudio); err != nil {
-		return nil, fmt.Errorf("sfu: register opus: %w", err)
+		return nil, nil, fmt.Errorf("sfu: register opus: %w", err)
 	}
 	if err := me.RegisterHeaderExtension(webrtc.RTPHeaderExtensionCapability{URI: sdp.AudioLevelURI},
 		webrtc.RTPCodecTypeAudio); err != nil {
-		return nil, fmt.Errorf("sfu: register audio level: %w", err)
+		return nil, nil, fmt.Errorf("sfu: register audio level: %w", err)
 	}
 	ir := &interceptor.Registry{}
 	if err := webrtc.ConfigureRTCPReports(ir); err != nil {
-		return nil, fmt.Errorf("sfu: rtcp reports: %w", err)
+		return nil, nil, fmt.Errorf("sfu: rtcp reports: %w", err)
 	}
-	if err := webrtc.ConfigureStatsInterceptor(ir); err != nil {
-		return nil, fmt.Errorf("sfu: stats: %w", err)
+	// Our own stats interceptor, read per SSRC, rather than
+	// PeerConnection.GetStats: pion's close clears what GetStats reads
+	// without a lock, and pion closes a PeerConnection on its own when the
+	// peer's DTLS close_notify arrives, so GetStats races with it.
+	getters := &statsGetters{}
+	si, err := stats.NewInterceptor()
+	if err != nil {
+		return nil, nil, fmt.Errorf("sfu: stats: %w", err)
 	}
+	si.OnNewPeerConnection(func(id string, g stats.Getter) { getters.m.Store(id, g) })
+	ir.Add(si)
 	se := port.SettingEngine()
 	return webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(ir),
-		webrtc.WithSettingEngine(se)), nil
+		webrtc.WithSettingEngine(se)), getters, nil
+}
+
+// statsGetters maps a PeerConnection's ID to its stats interceptor.
+type statsGetters struct {
+	m sync.Map // string -> stats.Getter
+}
+
+// take returns the getter of the PeerConnection with id and forgets it
+// (the peer keeps it); nil if there is none.
+func (g *statsGetters) take(id string) stats.Getter {
+	v, ok := g.m.LoadAndDelete(id)
+	if !ok {
+		return nil
+	}
+	return v.(stats.Getter)
 }
 
 // Run drives recomputation of rooms marked dirty (movement, speaking
