@@ -436,7 +436,7 @@ func expectHearing(t *testing.T, clients []*client, want map[*client][]byte) {
 	}
 }
 
-// newEnvB is newEnv without periodic stats sampling (GetStats allocates).
+// newEnvB is newEnv without periodic stats sampling (sampling allocates).
 func newEnvB(b *testing.B) *testEnv {
 	return newEnv(b, func(c *Config) { c.StatsInterval = time.Hour })
 }
