@@ -169,6 +169,41 @@ func TestDemoVoiceTwoTabs(t *testing.T) {
 	}
 }
 
+// TestDemoVoiceAcrossEdges: two demo tabs on two edges of a fleet join
+// voice in one room. The room is mixed on one edge, so one tab is told
+// where (409 voice_room_elsewhere), moves its realtime session there by
+// itself (a cross-origin resume, same session id) and joins; each hears
+// the other.
+func TestDemoVoiceAcrossEdges(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	edges := startOneShardFleet(t, ctx, 2, 10, strings.Repeat("voice-demo-secret-", 3))
+	var results map[string]struct {
+		OK             bool     `json:"ok"`
+		State          string   `json:"state"`
+		InboundPackets int      `json:"inboundPackets"`
+		Session        string   `json:"session"`
+		APIBase        string   `json:"apiBase"`
+		Resumes        int      `json:"resumes"`
+		Error          string   `json:"error"`
+		Log            []string `json:"log"`
+		Console        []string `json:"console"`
+	}
+	runNode(t, "voice.mjs", 120*time.Second, &results, edges[0].HTTPBase, edges[1].HTTPBase)
+	a, b := results["a"], results["b"]
+	for _, name := range []string{"a", "b"} {
+		if r := results[name]; !r.OK {
+			t.Errorf("tab %s did not hear the other: %+v", name, r)
+		}
+	}
+	// Exactly one tab moved, to the other tab's edge, with its session.
+	movedA := a.APIBase == edges[1].HTTPBase && a.Resumes == 1
+	movedB := b.APIBase == edges[0].HTTPBase && b.Resumes == 1
+	if movedA == movedB || (!movedA && a.APIBase != "") || (!movedB && b.APIBase != "") {
+		t.Fatalf("want exactly one tab moved to the other's edge: a=%+v b=%+v", a, b)
+	}
+}
+
 // TestOpsPageRendersCharts: the operator page draws its charts from live
 // metrics in headless Chromium; the screenshot goes to artifacts/.
 func TestOpsPageRendersCharts(t *testing.T) {

@@ -47,7 +47,8 @@ type Config struct {
 	// hands it to clients whose voice room lives here (voice_room_elsewhere).
 	// Empty: http:// and the HTTP listener's bound address.
 	PublicURL string `json:"public_url"` // --public-url / EGBE_PUBLIC_URL
-	// AllowedOrigins restricts WebSocket Origins; empty allows any.
+	// AllowedOrigins restricts the Origins WebSocket accepts and CORS grants
+	// (negotiate, WebRTC offers, voice); empty allows any.
 	AllowedOrigins []string `json:"allowed_origins"` // --allowed-origin / EGBE_ALLOWED_ORIGINS
 
 	// Shards maps shard name -> link address (--shard NAME=ADDR / EGBE_SHARDS).
@@ -234,7 +235,7 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	fs.Var(&instancesFlag, "instance", "route `INSTANCE=SHARD` (repeatable)")
 	fs.StringVar(&publicURL, "public-url", "", "base `URL` clients reach this edge at directly (fleet voice rooms; default http://HTTP-listener)")
 	fs.Var(&publicIPsFlag, "public-ip", "public IP for ICE host candidates (repeatable)")
-	fs.Var(&originsFlag, "allowed-origin", "allowed WebSocket Origin (repeatable; none = any)")
+	fs.Var(&originsFlag, "allowed-origin", "allowed Origin for WebSocket and for CORS on negotiate, WebRTC offers and voice (repeatable; none = any)")
 	fs.BoolVar(&devShard, "dev-shard", cfg.DevShard, "run the in-process reference shard (dev only)")
 	fs.DurationVar(&drain, "drain-window", time.Duration(cfg.DrainWindow), "spread Drain messages over this window on SIGTERM")
 	fs.StringVar(&pxAuth, "pxstream-auth", "", "Pixel Streaming auth: none (drop-in) or token (default: none in dev, token in prod)")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -152,9 +153,11 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 	if rt.wt, err = transport.NewWebTransport(tcfg.WebTransport, serve, tlog, tm); err != nil {
 		return err
 	}
-	e.mainMux.Handle("GET "+transport.PathNegotiate, neg)
+	origins := e.cfg.AllowedOrigins
+	e.mainMux.Handle("GET "+transport.PathNegotiate, crossOrigin(origins, neg))
 	e.mainMux.Handle(transport.PathWebSocket, rt.ws)
-	e.mainMux.Handle("POST "+transport.PathWebRTC, rt.rtc)
+	e.mainMux.Handle("POST "+transport.PathWebRTC, crossOrigin(origins, rt.rtc))
+	e.mainMux.Handle("OPTIONS "+transport.PathWebRTC, crossOrigin(origins, http.NotFoundHandler()))
 
 	e.runners = append(e.runners, gw.Run)
 	if e.h3Conn != nil {

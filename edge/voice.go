@@ -82,7 +82,7 @@ func (e *Edge) buildVoice(bridge *voiceBridge) error {
 		return err
 	}
 	bridge.s = s
-	e.mainMux.Handle("/v6/voice/", s.Handler())
+	e.mainMux.Handle("/v6/voice/", crossOrigin(e.cfg.AllowedOrigins, s.Handler()))
 	e.runners = append(e.runners, s.Run)
 	e.closers = append(e.closers, s.Close)
 	return nil

@@ -10,6 +10,7 @@ const CAPABILITIES = ['deltas', 'unreliable-lane', 'world-events', 'squad-comms'
 const egbe = window.egbe = {
   state: 'idle', transport: null, sessionId: null, shardId: null, entityId: 0, rttMs: null,
   counts: {}, inView: 0, errors: [], log: [], voice: { state: 'off', inboundPackets: 0 }, resumes: 0,
+  apiBase: '', // the edge the session lives on: '' is this page's origin; moveTo changes it
 };
 
 function log(...args) {
@@ -35,7 +36,7 @@ async function negotiate() {
   const q = new URLSearchParams();
   if (typeof WebTransport === 'undefined') q.set('quic', '0');
   if (typeof RTCPeerConnection === 'undefined') q.set('webrtc', '0');
-  const r = await fetch('/v6/realtime/negotiate?' + q);
+  const r = await fetch(egbe.apiBase + '/v6/realtime/negotiate?' + q);
   const body = await r.json();
   if (!r.ok) throw new Error(body.code + ': ' + body.message);
   return body;
@@ -306,6 +307,38 @@ function resumeSession(until, delay) {
     resumeSession(until, Math.min(delay * 2, 4000));
   }, delay);
 }
+
+// moveTo resumes the live session on the edge at base (an origin such as
+// http://edge-b:8080) and makes that edge the page's from then on: voice
+// calls it when the room is mixed there. Resolves once the session has
+// resumed there.
+egbe.moveTo = async (base) => {
+  if (!egbe.resumeToken) throw new Error('no session to move');
+  connGen++; // the old transport's close is on purpose
+  conn?.close();
+  conn = null;
+  const prev = egbe.apiBase;
+  egbe.apiBase = base.replace(/\/+$/, '');
+  const resumes = egbe.resumes;
+  try {
+    await open(egbe.accessToken, egbe.resumeToken);
+    const deadline = Date.now() + 10000;
+    while (!(egbe.state === 'connected' && egbe.resumes > resumes)) {
+      if (Date.now() > deadline || egbe.state === 'failed') throw new Error('the session did not resume at ' + base);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  } catch (e) {
+    // Back to the edge it came from, resuming there as after a lost link.
+    log('move to', base, 'failed:', String(e), '- resuming where it was');
+    connGen++;
+    conn?.close();
+    conn = null;
+    egbe.apiBase = prev;
+    resumeSession(Date.now() + RESUME_FOR_MS, 250);
+    throw e;
+  }
+  log('session moved to', egbe.apiBase);
+};
 
 function disconnect() {
   connGen++; // what closes from here on was closed on purpose

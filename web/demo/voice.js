@@ -4,7 +4,7 @@
 // inbound audio packet counts for the browser tests.
 const SLOTS = 4;
 
-export async function joinVoice(egbe, log) {
+export async function joinVoice(egbe, log, moved = false) {
   if (!egbe.sessionId) throw new Error('connect a realtime session first');
   if (egbe.voice.pc) return;
   egbe.voice.state = 'joining';
@@ -26,7 +26,7 @@ export async function joinVoice(egbe, log) {
     pc.onicegatheringstatechange = () => pc.iceGatheringState === 'complete' && res();
     setTimeout(res, 2000);
   });
-  const r = await fetch('/v6/voice/session', {
+  const r = await fetch(egbe.apiBase + '/v6/voice/session', {
     method: 'POST',
     headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + egbe.accessToken },
     body: JSON.stringify({ session_id: egbe.sessionId, sdp: pc.localDescription.sdp }),
@@ -35,14 +35,16 @@ export async function joinVoice(egbe, log) {
   if (!r.ok) {
     pc.close();
     egbe.voice.pc = null;
-    if (body.code === 'voice_room_elsewhere') {
-      // In a fleet the room is mixed on one edge: a full client resumes its
-      // realtime session at body.edge_url and joins there (README, "Voice in
-      // a fleet"); this demo page only says where.
-      egbe.voice.state = 'elsewhere';
+    if (body.code === 'voice_room_elsewhere' && !moved) {
+      // In a fleet the room is mixed on one edge: resume the realtime
+      // session there (same session id; the hello re-sends the squad) and
+      // join on that edge (README, "Voice in a fleet").
+      egbe.voice.state = 'moving';
       egbe.voice.edgeUrl = body.edge_url;
-      document.getElementById('voicestate').textContent = 'this room\'s voice runs on ' + body.edge_url;
-      throw new Error(`voice join: the room lives on ${body.edge_id} (${body.edge_url})`);
+      document.getElementById('voicestate').textContent = 'moving to ' + body.edge_url + ', where this room\'s voice runs';
+      log('voice room lives on', body.edge_id, body.edge_url, '- moving there');
+      await egbe.moveTo(body.edge_url);
+      return joinVoice(egbe, log, true);
     }
     egbe.voice.state = 'failed';
     throw new Error(`voice join: ${body.code}: ${body.message}`);
