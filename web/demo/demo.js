@@ -230,9 +230,9 @@ async function open(token, resumeToken) {
   const candidates = neg.transports.filter((t) => !forced || t.kind === forced);
   if (!candidates.length) throw new Error('transport ' + forced + ' not offered');
   let lastErr;
-  const gen = ++connGen;
   for (const t of candidates) {
     setState('opening ' + t.kind);
+    const gen = ++connGen; // a failed attempt's late close callback is stale
     try {
       conn = await openers[t.kind](t, onMessage, () => transportClosed(gen));
       break;
