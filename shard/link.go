@@ -73,8 +73,8 @@ func (l *link) moveTo(addr string) bool {
 		return false
 	}
 	l.addr = addr
+	l.g.dir.setAddr(l.id, addr) // under mu: ordered with serve's
 	l.mu.Unlock()
-	l.g.dir.setAddr(l.id, addr)
 	select {
 	case l.moved <- struct{}{}:
 	default:
@@ -174,13 +174,12 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn, addr string) bool {
 
 	l.mu.Lock()
 	l.conn = conn
-	moved := l.addr != addr // moveTo landed while this dial was in flight
-	l.addr = addr           // what is announced is what answered
-	close(l.upCh)
-	l.mu.Unlock()
-	if moved {
+	if l.addr != addr { // moveTo landed while this dial was in flight
+		l.addr = addr // what is announced is what answered
 		l.g.dir.setAddr(l.id, addr)
 	}
+	close(l.upCh)
+	l.mu.Unlock()
 	l.g.dir.SetHealth(l.id, true)
 	l.g.m.linkUp.WithLabelValues(l.id).Set(1)
 	l.log.Info("link up", "addr", addr, "instances", sh.Instances)
