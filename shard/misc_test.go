@@ -199,10 +199,11 @@ func TestHeartbeatLoss(t *testing.T) {
 	if r, err := g.Directory().RouteFor("quiet"); err != nil || r.ShardID != "mute" {
 		t.Fatalf("registration: %+v %v", r, err)
 	}
-	waitFor(t, "link declared down and redialled", func() bool { return accepted.Load() >= 2 })
-	if got := testutil.ToFloat64(g.m.linkConnects.WithLabelValues("mute", "ok")); got < 2 {
-		t.Fatalf("connects %v", got)
-	}
+	// Both ends count the second connection, each when its side of the
+	// handshake completes (not at the same instant).
+	waitFor(t, "link declared down and redialled", func() bool {
+		return accepted.Load() >= 2 && testutil.ToFloat64(g.m.linkConnects.WithLabelValues("mute", "ok")) >= 2
+	})
 }
 
 func TestMetricsRegistered(t *testing.T) {
