@@ -173,6 +173,7 @@ function onMessage(env) {
     count('hello');
     const h = env.hello;
     resumeAwaited = false;
+    resuming = null;
     if (h.resumed) {
       egbe.resumes++;
       log('resumed session', h.sessionId, 'on shard', h.shardId);
@@ -272,25 +273,47 @@ async function connect() {
 // A transport that ends while the session is live (its edge died, or
 // drained it) is resumed with the resume token through the same origin:
 // behind a load balancer that is any edge of the fleet. Backoff 250 ms
-// doubling to 4 s, for up to a minute; a refused resume is final.
+// doubling to 4 s, for up to a minute; a refused resume is final, one whose
+// transport ends unanswered is retried.
 const RESUME_FOR_MS = 60000;
 let resumeTimer = null;
 let resumeAwaited = false; // a resume hello is out: an Error answering it is final
+let resuming = null; // {until, delay} while resuming
 
 function transportClosed(gen) {
   if (gen !== connGen) return; // an older or user-closed transport
   connGen++;
   conn = null;
+  if (resumeAwaited && egbe.state === 'hello') {
+    resumeAwaited = false; // this attempt ended unanswered: try again
+    resumeSession();
+    return;
+  }
   if (egbe.state !== 'connected' || !egbe.resumeToken) {
     if (egbe.state === 'connected') setState('closed');
     return;
   }
   log('transport lost: resuming session', egbe.sessionId);
-  resumeSession(Date.now() + RESUME_FOR_MS, 250);
+  startResuming();
 }
 
-function resumeSession(until, delay) {
+function startResuming() {
+  resuming = { until: Date.now() + RESUME_FOR_MS, delay: 250 };
+  resumeSession();
+}
+
+function resumeSession() {
+  const r = resuming;
+  if (!r) return;
+  if (Date.now() + r.delay > r.until) {
+    resuming = null;
+    setState('failed');
+    egbe.errors.push({ code: 'client', message: 'could not resume the session' });
+    return;
+  }
   setState('resuming');
+  const delay = r.delay;
+  r.delay = Math.min(r.delay * 2, 4000);
   resumeTimer = setTimeout(async () => {
     resumeTimer = null;
     try {
@@ -299,12 +322,7 @@ function resumeSession(until, delay) {
     } catch (e) {
       log('resume attempt failed:', String(e));
     }
-    if (Date.now() + delay > until) {
-      setState('failed');
-      egbe.errors.push({ code: 'client', message: 'could not resume the session' });
-      return;
-    }
-    resumeSession(until, Math.min(delay * 2, 4000));
+    resumeSession();
   }, delay);
 }
 
@@ -314,9 +332,7 @@ function resumeSession(until, delay) {
 // resumed there.
 egbe.moveTo = async (base) => {
   if (!egbe.resumeToken) throw new Error('no session to move');
-  connGen++; // the old transport's close is on purpose
-  conn?.close();
-  conn = null;
+  dropTransport();
   const prev = egbe.apiBase;
   egbe.apiBase = base.replace(/\/+$/, '');
   const resumes = egbe.resumes;
@@ -330,24 +346,29 @@ egbe.moveTo = async (base) => {
   } catch (e) {
     // Back to the edge it came from, resuming there as after a lost link.
     log('move to', base, 'failed:', String(e), '- resuming where it was');
-    connGen++;
-    conn?.close();
-    conn = null;
+    dropTransport();
     egbe.apiBase = prev;
-    resumeSession(Date.now() + RESUME_FOR_MS, 250);
+    startResuming();
     throw e;
   }
   log('session moved to', egbe.apiBase);
 };
 
-function disconnect() {
-  connGen++; // what closes from here on was closed on purpose
-  clearTimeout(resumeTimer);
-  resumeTimer = null;
-  for (const t of timers) clearInterval(t);
-  timers = [];
+// dropTransport closes the current transport on purpose: its close
+// callback is stale from here on and arms no resume.
+function dropTransport() {
+  connGen++;
   conn?.close();
   conn = null;
+}
+
+function disconnect() {
+  clearTimeout(resumeTimer);
+  resumeTimer = null;
+  resuming = null;
+  for (const t of timers) clearInterval(t);
+  timers = [];
+  dropTransport();
 }
 
 function draw(ents) {
