@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/transport"
 )
 
 // maxJSONBody bounds the small JSON bodies the edge's own endpoints read.
@@ -123,13 +123,10 @@ func devTokenHandler(signer *auth.Signer) http.HandlerFunc {
 // cookie, so an origin grants nothing; with --allowed-origin set, only
 // those origins are answered, as for WebSocket. Preflights end here.
 func crossOrigin(allowed []string, h http.Handler) http.Handler {
-	ok := make(map[string]bool, len(allowed))
-	for _, o := range allowed {
-		ok[strings.ToLower(o)] = true
-	}
+	origins := transport.NewOrigins(allowed)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		origin := r.Header.Get("Origin")
-		if origin == "" || (len(ok) > 0 && !ok[strings.ToLower(origin)]) {
+		if origin == "" || !origins.Allow(origin) {
 			h.ServeHTTP(w, r)
 			return
 		}

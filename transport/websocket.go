@@ -30,7 +30,7 @@ type WebSocket struct {
 	log      *slog.Logger       // immutable after New
 	km       *kindMetrics       // immutable after New
 	upgrader websocket.Upgrader // immutable after New
-	allowed  map[string]bool    // lower-cased origins; immutable after New
+	allowed  Origins            // immutable after New
 
 	baseCtx    context.Context // cancelled by Shutdown to end Handlers
 	cancelBase context.CancelFunc
@@ -57,11 +57,8 @@ func NewWebSocket(cfg WebSocketConfig, h Handler, logger *slog.Logger, m *Metric
 		h:       h,
 		log:     logger.With("component", "transport", "transport", string(KindWebSocket)),
 		km:      m.forKind(KindWebSocket),
-		allowed: make(map[string]bool, len(cfg.AllowedOrigins)),
+		allowed: NewOrigins(cfg.AllowedOrigins),
 		conns:   make(map[*wsConn]struct{}),
-	}
-	for _, o := range cfg.AllowedOrigins {
-		s.allowed[strings.ToLower(o)] = true
 	}
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	s.upgrader = websocket.Upgrader{
@@ -76,11 +73,8 @@ func NewWebSocket(cfg WebSocketConfig, h Handler, logger *slog.Logger, m *Metric
 }
 
 func (s *WebSocket) checkOrigin(r *http.Request) bool {
-	if len(s.allowed) == 0 {
-		return true
-	}
 	o := r.Header.Get("Origin")
-	return o == "" || s.allowed[strings.ToLower(o)]
+	return o == "" || s.allowed.Allow(o)
 }
 
 // ServeHTTP upgrades the request and starts the connection's goroutine,
