@@ -23,6 +23,7 @@ func (c discardConn) Read(ctx context.Context) ([]byte, bool, error) {
 	return nil, false, ctx.Err()
 }
 func (discardConn) WriteReliable(context.Context, []byte) error { return nil }
+func (discardConn) Flush(context.Context) error                 { return nil }
 func (discardConn) WriteUnreliable([]byte) error                { return nil }
 func (discardConn) HasUnreliable() bool                         { return true }
 func (discardConn) Close(uint32, string) error                  { return nil }

@@ -20,16 +20,21 @@ import (
 )
 
 // ClientConn is what the gateway needs of a client's realtime connection
-// (the edge adapts transport.Conn to it). Read is called by one goroutine,
-// WriteReliable by one goroutine; WriteUnreliable and Close by any.
+// (the edge adapts transport.Conn to it). Read is called by one goroutine
+// (its data is valid until the next Read); WriteReliable, WriteUnreliable
+// and Flush by one goroutine (the writer); Close by any.
 type ClientConn interface {
 	Transport() string // "webtransport", "webrtc", "websocket"
 	JSON() bool        // envelopes are protojson (WebSocket egbe.v1.json)
 	RemoteAddr() net.Addr
 	// Read blocks for the next message on either lane.
 	Read(ctx context.Context) (data []byte, unreliable bool, err error)
-	// WriteReliable blocks until the transport took msg or ctx is done.
+	// WriteReliable buffers msg on the reliable lane; it is sent at the
+	// latest by the next successful Flush. It blocks only under
+	// backpressure (or until ctx is done). msg is not retained.
 	WriteReliable(ctx context.Context, msg []byte) error
+	// Flush hands everything buffered to the network.
+	Flush(ctx context.Context) error
 	// WriteUnreliable never blocks; it errs when there is no such lane or
 	// the message was dropped.
 	WriteUnreliable(msg []byte) error

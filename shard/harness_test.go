@@ -61,6 +61,8 @@ func (c *memConn) Read(ctx context.Context) ([]byte, bool, error) {
 	}
 }
 
+func (c *memConn) Flush(context.Context) error { return nil }
+
 func (c *memConn) WriteReliable(ctx context.Context, msg []byte) error {
 	b := append([]byte(nil), msg...)
 	select {

@@ -46,6 +46,8 @@ func (w *wsConn) Read(ctx context.Context) ([]byte, bool, error) {
 	return b, false, nil
 }
 
+func (w *wsConn) Flush(context.Context) error { return nil }
+
 func (w *wsConn) WriteReliable(ctx context.Context, msg []byte) error {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()

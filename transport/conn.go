@@ -41,14 +41,22 @@ const (
 // Message is one envelope's bytes as received.
 type Message struct {
 	Lane Lane
-	Data []byte // owned by the receiver
+	// Data is valid until the next Read on the same Conn: transports may
+	// read into a reused buffer. A caller that keeps it longer copies it.
+	Data []byte
 }
 
 // Conn is one client's realtime connection, whatever carries it.
 //
-// Read is called by one goroutine (the session's reader); WriteReliable by
-// one goroutine (the session's writer); WriteUnreliable and Close may be
-// called from any goroutine.
+// Read is called by one goroutine (the session's reader); WriteReliable,
+// WriteUnreliable and Flush by one goroutine (the session's writer); Close
+// may be called from any goroutine.
+//
+// Writes are batched: a message given to WriteReliable is only known to be
+// handed to the network once a later Flush returns nil (a transport may send
+// it earlier). The writer writes everything it has queued, then flushes
+// once, so a burst leaves in as few syscalls as the transport allows. No
+// write retains msg after it returns.
 type Conn interface {
 	Kind() Kind
 	Encoding() Encoding
@@ -57,9 +65,11 @@ type Conn interface {
 	// return an error wrapping ErrMessageTooLarge; after any error the
 	// connection is unusable.
 	Read(ctx context.Context) (Message, error)
-	// WriteReliable writes one message on the reliable lane, blocking until
-	// the transport has taken it (or ctx is done).
+	// WriteReliable buffers one message on the reliable lane. It blocks only
+	// while the transport applies backpressure (or until ctx is done).
 	WriteReliable(ctx context.Context, msg []byte) error
+	// Flush hands everything buffered by WriteReliable to the network.
+	Flush(ctx context.Context) error
 	// WriteUnreliable sends one message on the unreliable lane without
 	// blocking. It returns ErrNoUnreliableLane if the transport has none and
 	// ErrDropped if the message could not be sent right now.

@@ -537,3 +537,6 @@ func (c *rtcConn) Close(code uint32, reason string) error {
 	c.end(fmt.Errorf("%w: closed by edge with code %d", ErrClosed, code))
 	return nil
 }
+
+// Flush is a no-op: WriteReliable sends each message at once.
+func (c *rtcConn) Flush(context.Context) error { return nil }

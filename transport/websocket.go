@@ -401,3 +401,6 @@ func (c *wsConn) finish() {
 	_ = c.ws.Close()
 	c.end(ErrClosed)
 }
+
+// Flush is a no-op: WriteReliable writes each frame at once.
+func (c *wsConn) Flush(context.Context) error { return nil }

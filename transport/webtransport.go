@@ -479,3 +479,6 @@ func (c *wtConn) closeWith(code uint32, reason string, why error) error {
 	})
 	return nil
 }
+
+// Flush is a no-op: WriteReliable writes each frame at once.
+func (c *wtConn) Flush(context.Context) error { return nil }
