@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -102,13 +103,14 @@ func TestImageBuildsAndStarts(t *testing.T) {
 	args := []string{"--http", ports[0], "--https", ports[1], "--ice-udp", ports[2],
 		"--streamer-ws", ports[3], "--admin", ports[4], "--player-ws", ports[5]}
 	edge := imageCommand(t, root, append([]string{"/egbe-edge"}, args...)...)
-	var log strings.Builder
+	var log lockedBuffer
 	edge.Stdout, edge.Stderr = &log, &log
 	if err := edge.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- edge.Wait() }()
+	var waitErr error
+	exited := make(chan struct{}) // closed once the edge is reaped; waitErr set before
+	go func() { waitErr = edge.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = edge.Process.Kill()
 		<-exited
@@ -125,8 +127,8 @@ func TestImageBuildsAndStarts(t *testing.T) {
 			}
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("the edge exited before it was ready: %v\n%s", err, log.String())
+		case <-exited:
+			t.Fatalf("the edge exited before it was ready: %v\n%s", waitErr, log.String())
 		case <-ctx.Done():
 			t.Fatalf("the edge from the image never became ready\n%s", log.String())
 		case <-time.After(100 * time.Millisecond):
@@ -161,9 +163,9 @@ func TestImageBuildsAndStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("edge exit after SIGTERM: %v\n%s", err, log.String())
+	case <-exited:
+		if waitErr != nil {
+			t.Fatalf("edge exit after SIGTERM: %v\n%s", waitErr, log.String())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("edge did not stop after SIGTERM\n%s", log.String())
@@ -241,6 +243,25 @@ func fileMode(m int64) os.FileMode {
 		mode |= os.ModeSticky
 	}
 	return mode
+}
+
+// lockedBuffer collects a child's output; the test may read it while the
+// child still writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func freePort(t *testing.T) int {
