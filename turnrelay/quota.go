@@ -33,12 +33,12 @@ type quotas struct {
 	bits4, bits6              int // immutable
 
 	mu       sync.Mutex
-	users    map[string]int             // guarded by mu: live + pending allocations per subject
-	nets     map[netip.Prefix]int       // guarded by mu: live + pending allocations per network
-	conns    map[netip.Prefix]int       // guarded by mu: open TCP connections per network
-	pending  map[string]reservation     // guarded by mu: by allocation key
-	live     map[string]holder          // guarded by mu: by allocation key
-	draining bool                       // guarded by mu
+	users    map[string]int         // guarded by mu: live + pending allocations per subject
+	nets     map[netip.Prefix]int   // guarded by mu: live + pending allocations per network
+	conns    map[netip.Prefix]int   // guarded by mu: open TCP connections per network
+	pending  map[string]reservation // guarded by mu: by allocation key
+	live     map[string]holder      // guarded by mu: by allocation key
+	draining bool                   // guarded by mu
 }
 
 func newQuotas(cfg Config) *quotas {
