@@ -1,90 +1,18 @@
 package turnrelay
 
 import (
-	"bytes"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/pion/turn/v5"
+	"github.com/oshun/egbe-edge/internal/coturntest"
 )
-
-// coturnBinary is Debian's coturn (scripts/test.sh installs it). The
-// test fails, never skips, without it.
-const coturnBinary = "/usr/bin/turnserver"
-
-// startCoturn runs coturn on free loopback ports with use-auth-secret
-// and the given secret, until the test ends; it returns its address.
-func startCoturn(t *testing.T, secret []byte) string {
-	t.Helper()
-	bin := coturnBinary
-	if p := os.Getenv("TURNSERVER"); p != "" {
-		bin = p
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("coturn is required for the interop test (scripts/test.sh installs it): %v", err)
-	}
-	port := freeUDPPorts(t, 1)
-	relayLo := freeUDPPorts(t, 8)
-	dir := t.TempDir()
-	var out bytes.Buffer
-	cmd := exec.Command(bin, "-n",
-		"--listening-ip=127.0.0.1", "--listening-port="+strconv.Itoa(port),
-		"--relay-ip=127.0.0.1", "--min-port="+strconv.Itoa(relayLo), "--max-port="+strconv.Itoa(relayLo+7),
-		"--use-auth-secret", "--static-auth-secret="+string(secret), "--realm=egbe",
-		"--no-tls", "--no-dtls", "--no-cli", "--allow-loopback-peers", "--no-software-attribute",
-		"--db="+filepath.Join(dir, "turndb"), "--pidfile="+filepath.Join(dir, "turnserver.pid"),
-		"--log-file=stdout", "--simple-log")
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start coturn: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("coturn output:\n%s", out.String())
-		}
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	// Ready when it answers a STUN binding request.
-	waitUntil(t, 20*time.Second, "coturn listening", func() bool {
-		select {
-		case err := <-exited:
-			t.Fatalf("coturn exited: %v\n%s", err, out.String())
-		default:
-		}
-		c, err := net.ListenPacket("udp4", "127.0.0.1:0")
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		cl, err := turn.NewClient(&turn.ClientConfig{STUNServerAddr: addr, TURNServerAddr: addr, Conn: c, RTO: 100 * time.Millisecond})
-		if err != nil {
-			return false
-		}
-		defer cl.Close()
-		if err := cl.Listen(); err != nil {
-			return false
-		}
-		_, err = cl.SendBindingRequest()
-		return err == nil
-	})
-	return addr
-}
 
 // TestCoturnAcceptsMintedCredentials: coturn, started with the same
 // static auth secret, accepts credentials the Issuer minted for it as an
 // external server (--turn-url), relays with them, and refuses tampered
 // and expired ones.
 func TestCoturnAcceptsMintedCredentials(t *testing.T) {
-	addr := startCoturn(t, testSecret)
+	addr := coturntest.Start(t, testSecret)
 	iss, err := NewIssuer(IssuerConfig{Secret: testSecret, TTL: time.Hour, External: []string{"turn:" + addr + "?transport=udp"}})
 	if err != nil {
 		t.Fatal(err)
