@@ -31,6 +31,9 @@ func (e *Edge) buildSubsystems() error {
 	if err := e.buildPxstream(); err != nil {
 		return err
 	}
+	if err := e.buildPlayerPage(); err != nil {
+		return err
+	}
 	e.mountAdmission()
 	return nil
 }
