@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -17,8 +18,14 @@ import (
 )
 
 // TestMain fails the package on leaked goroutines: Close must let go of
-// every allocation and connection pion/turn holds.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// every allocation and connection pion/turn holds. The same binary is the
+// benchmarks' client process (see bench_test.go).
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(benchChildEnv); mode != "" {
+		os.Exit(benchChild(mode))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 var testSecret = []byte("test-turn-secret-0123456789abcdef")
 
