@@ -2,10 +2,12 @@ package edge
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"html"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,6 +19,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/signalling/streamer"
 	"github.com/oshun/egbe-edge/turnrelay"
 	"github.com/oshun/egbe-edge/web"
 )
@@ -254,4 +258,61 @@ func freeTCPUDPPort(t *testing.T) int {
 	}
 	t.Fatal("no port free on TCP and UDP")
 	return 0
+}
+
+// TestPlayerPageProdAccessToken: in prod (token mode, no dev token) the
+// embedding page passes the access token in the fragment; the page
+// matches with it and plays the leased streamer (a synthetic UE worker
+// registered with a streamer token, as prod requires).
+func TestPlayerPageProdAccessToken(t *testing.T) {
+	te := startEdge(t, func(c *Config) {
+		c.Mode = ModeProd
+		c.JWTSecret = strings.Repeat("k", 32)
+		c.TURNSecret = strings.Repeat("t", 32)
+		c.DevShard = false
+		c.PxstreamAuth = "token"
+		c.TLSCert, c.TLSKey = writeTestCert(t)
+	})
+	stTok, err := te.Signer().IssueStreamer(auth.Streamer{StreamerID: "ProdStreamer", POP: devStreamerPOP, Codecs: []string{"H264"}}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := streamer.Default()
+	sc.URL, sc.ID, sc.Token, sc.IncludeLoopback = "ws://"+te.addrs.StreamerWS, "ProdStreamer", stTok, true
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- streamer.Run(ctx, sc) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitUntil(t, 20*time.Second, "the streamer", func() bool { return len(te.px.srv.Registry().Snapshot()) == 1 })
+
+	// Without a token the page says what it needs.
+	no := playPage(t, te.httpURL("/pxstream/"), 5*time.Second)
+	if no.OK || len(no.Errors) == 0 || !strings.Contains(no.Errors[0], "access_token") {
+		t.Errorf("prod page without a token: %+v", no)
+	}
+	access, err := te.Signer().IssueAccess(auth.Access{Subject: "viewer-7", Entitlement: "paid"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := playPage(t, te.httpURL("/pxstream/?region=us-east#access_token="+access), 40*time.Second)
+	if !r.OK || r.Mode != "token" || r.Match == nil || r.Match.StreamerID != "ProdStreamer" || r.Picked != "ProdStreamer" {
+		t.Fatalf("prod page did not play the leased streamer: %+v", r)
+	}
+}
+
+// TestDevStreamersLogWhereToWatch: with --dev-streamers the start-up log
+// names the player page.
+func TestDevStreamersLogWhereToWatch(t *testing.T) {
+	cfg := testConfig()
+	cfg.DevStreamers = 1
+	var buf bytes.Buffer
+	e, err := New(cfg, slog.New(slog.NewTextHandler(&buf, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.closeAll()
+	port := strconv.Itoa(portOf(e.httpLn.Addr().String()))
+	if !strings.Contains(buf.String(), "watch the dev streamers: http://localhost:"+port+"/pxstream/") {
+		t.Fatalf("start-up log:\n%s", buf.String())
+	}
 }

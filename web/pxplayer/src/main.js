@@ -10,8 +10,8 @@
 //    player port);
 //  - token mode: first a match (POST /api/v6/pxstream/match) with an access
 //    token (dev: the page gets one from POST /v6/dev/token; prod: the
-//    embedding page passes it as #access_token=... or by postMessage
-//    {type: "egbe-pxstream-token", token}), then the leased streamer;
+//    embedding page passes it in the fragment, /pxstream/#access_token=...,
+//    which never reaches a server log), then the leased streamer;
 //  - with several streamers listed and none asked for, the first is
 //    subscribed instead of a black screen;
 //  - ICE servers from the match response's ice_servers, or the iceServers
@@ -65,8 +65,8 @@ function fail(message) {
   document.body.appendChild(box);
 }
 
-// accessToken: the embedding page's token (fragment or postMessage), else
-// a dev token when the edge offers them.
+// accessToken: the embedding page's token (the URL fragment), else a dev
+// token when the edge offers them.
 async function accessToken(settings) {
   const hash = new URLSearchParams(location.hash.slice(1));
   if (hash.get('access_token')) return hash.get('access_token');
@@ -79,12 +79,7 @@ async function accessToken(settings) {
     if (!r.ok) throw new Error('dev token: HTTP ' + r.status);
     return (await r.json()).token;
   }
-  return new Promise((resolve) => {
-    window.addEventListener('message', (e) => {
-      if (e.source === window.parent && e.data && e.data.type === 'egbe-pxstream-token' && e.data.token) resolve(e.data.token);
-    });
-    if (window.parent !== window) window.parent.postMessage({ type: 'egbe-pxstream-ready' }, '*');
-  });
+  throw new Error('this edge needs an access token: open the page as /pxstream/#access_token=<token>');
 }
 
 function browserCodecs() {
