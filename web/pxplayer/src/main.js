@@ -14,7 +14,8 @@
 //    which never reaches a server log), then the leased streamer;
 //  - with several streamers listed and none asked for, the first is
 //    subscribed instead of a black screen;
-//  - ICE servers from the match response's ice_servers, or the iceServers
+//  - ICE servers from the match response's ice_servers, or (dev mode only:
+//    a link must not steer a player to someone else's relay) the iceServers
 //    URL parameter (JSON), are added to the config message's
 //    peerConnectionOptions.
 //
@@ -108,11 +109,13 @@ async function match(settings) {
   return answer;
 }
 
-function extraIceServers(m) {
+function extraIceServers(m, settings) {
   const out = [];
   if (m && m.ice_servers && Array.isArray(m.ice_servers.iceServers)) out.push(...m.ice_servers.iceServers);
   const p = param('iceServers');
-  if (p) {
+  if (p && !settings.dev) {
+    state.errors.push('the iceServers parameter is honoured in dev mode only');
+  } else if (p) {
     try {
       const v = JSON.parse(p);
       out.push(...(Array.isArray(v) ? v : v.iceServers || []));
@@ -152,7 +155,7 @@ async function main() {
 
   // Before the first message arrives (connecting is asynchronous): add our
   // ICE servers to the config message the library starts its session with.
-  const ice = extraIceServers(m);
+  const ice = extraIceServers(m, settings);
   if (ice.length) {
     stream.signallingProtocol.transport.addListener('message', (msg) => {
       if (msg && msg.type === 'config') {
