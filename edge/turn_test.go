@@ -139,9 +139,9 @@ func TestEdgeTURN(t *testing.T) {
 	if got := te.metric(t, `egbe_turn_allocations{transport="tcp"}`); got != 1 {
 		t.Errorf("tcp allocations %v, want 1", got)
 	}
-	if got := te.metric(t, `egbe_turn_relayed_bytes_total{direction="client_to_peer"}`); got <= 0 {
-		t.Errorf("relayed bytes %v", got)
-	}
+	waitUntil(t, 5*time.Second, "relayed bytes counted", func() bool {
+		return te.metric(t, `egbe_turn_relayed_bytes_total{direction="client_to_peer"}`) > 0
+	})
 	// A tampered credential is refused and counted.
 	if _, err := turnAllocate(t, s.URLs[0], s.Username, "AAAA"+s.Credential[4:]); err == nil {
 		t.Error("tampered credential allocated")

@@ -29,9 +29,10 @@ func TestAllocateAndRelay(t *testing.T) {
 			if got := testutil.ToFloat64(s.m.allocations.WithLabelValues(network)); got != 1 {
 				t.Errorf("egbe_turn_allocations{transport=%q} = %v, want 1", network, got)
 			}
-			if testutil.ToFloat64(s.m.bytesOut) == 0 || testutil.ToFloat64(s.m.bytesIn) == 0 {
-				t.Errorf("relayed bytes not counted: out %v in %v", testutil.ToFloat64(s.m.bytesOut), testutil.ToFloat64(s.m.bytesIn))
-			}
+			// The counters move just after the datagram leaves: poll.
+			waitUntil(t, 5*time.Second, "relayed bytes counted both ways", func() bool {
+				return testutil.ToFloat64(s.m.bytesOut) > 0 && testutil.ToFloat64(s.m.bytesIn) > 0
+			})
 			relay.Close() // a Refresh with lifetime 0 deletes the allocation
 			waitUntil(t, 10*time.Second, "allocation deleted", func() bool { return s.Allocations() == 0 })
 			if got := testutil.ToFloat64(s.m.allocations.WithLabelValues(network)); got != 0 {
