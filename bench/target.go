@@ -103,7 +103,8 @@ func startEdgeOnce(ctx context.Context, o EdgeOptions) (*Target, error) {
 	}
 	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
 	args := append([]string{"--http", addr(ports[0]), "--https", addr(ports[1]), "--ice-udp", addr(ports[2]),
-		"--streamer-ws", addr(ports[3]), "--admin", addr(ports[4]), "--player-ws", addr(ports[5])}, extra...)
+		"--streamer-ws", addr(ports[3]), "--admin", addr(ports[4]), "--player-ws", addr(ports[5]),
+		"--turn", "127.0.0.1:0"}, extra...)
 	if o.Taskset != "" {
 		// taskset execs bin, so the pid stays the edge's.
 		args = append([]string{"-c", o.Taskset, bin}, args...)

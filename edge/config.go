@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/oshun/egbe-edge/turnrelay"
 )
 
 // Modes.
@@ -72,6 +74,20 @@ type Config struct {
 	// ICEServers are handed to Epic peers in config.peerConnectionOptions.
 	ICEServers []ICEServer `json:"ice_servers"`
 
+	// TURN: the embedded server's UDP and TCP address ("" = off).
+	TURN string `json:"turn"` // --turn / EGBE_TURN
+	// TURNRelayPorts are the UDP ports relays are bound from, "MIN-MAX".
+	TURNRelayPorts string `json:"turn_relay_ports"` // --turn-relay-ports / EGBE_TURN_RELAY_PORTS
+	// TURNURLs are external TURN servers sharing EGBE_TURN_SECRET (e.g. a
+	// coturn fleet with use-auth-secret), handed out beside or instead of
+	// the embedded one.
+	TURNURLs []string `json:"turn_urls"` // --turn-url (repeatable) / EGBE_TURN_URLS
+	// TURNAllowPeers are prefixes relays may send to although they are
+	// private (e.g. the streamers' subnet); loopback is allowed in dev.
+	TURNAllowPeers []string `json:"turn_allow_peers"` // --turn-allow-peer (repeatable) / EGBE_TURN_ALLOW_PEERS
+	// TURNSecret comes from EGBE_TURN_SECRET only, like JWTSecret.
+	TURNSecret string `json:"-"`
+
 	// Voice.
 	VoiceSlots int `json:"voice_slots"` // --voice-slots / EGBE_VOICE_SLOTS
 
@@ -122,6 +138,8 @@ func Default() Config {
 		DrainWindow:    Duration(5 * time.Second),
 		PxstreamAuth:   "none",
 		VoiceSlots:     4,
+		TURN:           ":3478",
+		TURNRelayPorts: "49160-49200",
 	}
 }
 
@@ -137,9 +155,9 @@ func (c *Config) Validate() error {
 	default:
 		bad("mode %q: want dev or prod", c.Mode)
 	}
-	for name, addr := range map[string]string{"http": c.HTTP, "https": c.HTTPS, "ice-udp": c.ICEUDP, "streamer-ws": c.StreamerWS, "player-ws": c.PlayerWS, "admin": c.Admin} {
+	for name, addr := range map[string]string{"http": c.HTTP, "https": c.HTTPS, "ice-udp": c.ICEUDP, "streamer-ws": c.StreamerWS, "player-ws": c.PlayerWS, "admin": c.Admin, "turn": c.TURN} {
 		if addr == "" {
-			if name == "player-ws" || name == "streamer-ws" || name == "https" {
+			if name == "player-ws" || name == "streamer-ws" || name == "https" || name == "turn" {
 				continue // optional listeners
 			}
 			bad("--%s: an address is required", name)
@@ -172,6 +190,7 @@ func (c *Config) Validate() error {
 			bad("--public-url %q: want http(s)://host[:port] with no path", c.PublicURL)
 		}
 	}
+	errs = append(errs, c.validateTURN()...)
 	for inst, shard := range c.Instances {
 		if _, ok := c.Shards[shard]; !ok && !(c.DevShard && shard == DevShardName) {
 			bad("--instance %s=%s: no such shard (use --shard %s=ADDR)", inst, shard, shard)
@@ -189,6 +208,9 @@ func (c *Config) Validate() error {
 		}
 		if c.DevStreamers > 0 {
 			bad("prod mode never runs dev streamers")
+		}
+		if (c.TURN != "" || len(c.TURNURLs) > 0) && len(c.TURNSecret) < minTURNSecret {
+			bad("prod mode needs EGBE_TURN_SECRET (at least %d bytes) when TURN is on (--turn, --turn-url); set --turn \"\" to run without", minTURNSecret)
 		}
 	}
 	if len(errs) > 0 {
@@ -215,7 +237,8 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 		modeFlag, redisFlag, topoFlag        string
 		httpF, httpsF, iceF, swsF, pwsF, adF string
 		tlsCert, tlsKey, pxAuth, policyF     string
-		publicURL                            string
+		publicURL, turnF, turnPorts          string
+		turnURLs, turnAllow                  listFlag
 		maxPlayers, devStreamers, slots      int
 		drain                                time.Duration
 		devShard                             bool
@@ -244,6 +267,10 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&devStreamers, "dev-streamers", 0, "synthetic streamers to run in-process (dev)")
 	fs.IntVar(&slots, "voice-slots", cfg.VoiceSlots, "audio slots per voice listener")
 	fs.StringVar(&policyF, "policy", "", "admission policy `file` (default: the shipped reference values)")
+	fs.StringVar(&turnF, "turn", cfg.TURN, "embedded TURN server, UDP and TCP (off when empty); credentials from EGBE_TURN_SECRET")
+	fs.StringVar(&turnPorts, "turn-relay-ports", cfg.TURNRelayPorts, "UDP port `range` MIN-MAX for TURN relays")
+	fs.Var(&turnURLs, "turn-url", "external TURN server `URL` sharing EGBE_TURN_SECRET, e.g. turn:coturn.example.net:3478?transport=udp (repeatable)")
+	fs.Var(&turnAllow, "turn-allow-peer", "`CIDR` TURN may relay to although private (repeatable; loopback is allowed in dev)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -266,14 +293,19 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	if err := cfg.applyEnv(getenv); err != nil {
 		return cfg, err
 	}
+	if v, ok := envPresent(env, "EGBE_TURN"); ok {
+		cfg.TURN = v // EGBE_TURN= (empty) turns TURN off
+	}
 	// 3. Flags that were given.
 	str := map[string]*string{"mode": &cfg.Mode, "http": &cfg.HTTP, "https": &cfg.HTTPS, "ice-udp": &cfg.ICEUDP,
 		"streamer-ws": &cfg.StreamerWS, "player-ws": &cfg.PlayerWS, "admin": &cfg.Admin, "redis-url": &cfg.RedisURL,
 		"tls-cert": &cfg.TLSCert, "tls-key": &cfg.TLSKey, "pxstream-auth": &cfg.PxstreamAuth,
-		"pxstream-topology": &cfg.PxstreamTopology, "policy": &cfg.PolicyFile, "public-url": &cfg.PublicURL}
+		"pxstream-topology": &cfg.PxstreamTopology, "policy": &cfg.PolicyFile, "public-url": &cfg.PublicURL,
+		"turn": &cfg.TURN, "turn-relay-ports": &cfg.TURNRelayPorts}
 	vals := map[string]string{"mode": modeFlag, "http": httpF, "https": httpsF, "ice-udp": iceF, "streamer-ws": swsF,
 		"player-ws": pwsF, "admin": adF, "redis-url": redisFlag, "tls-cert": tlsCert, "tls-key": tlsKey,
-		"pxstream-auth": pxAuth, "pxstream-topology": topoFlag, "policy": policyF, "public-url": publicURL}
+		"pxstream-auth": pxAuth, "pxstream-topology": topoFlag, "policy": policyF, "public-url": publicURL,
+		"turn": turnF, "turn-relay-ports": turnPorts}
 	for name, dst := range str {
 		if set[name] {
 			*dst = vals[name]
@@ -290,6 +322,12 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	}
 	if set["allowed-origin"] {
 		cfg.AllowedOrigins = originsFlag
+	}
+	if set["turn-url"] {
+		cfg.TURNURLs = turnURLs
+	}
+	if set["turn-allow-peer"] {
+		cfg.TURNAllowPeers = turnAllow
 	}
 	if set["dev-shard"] {
 		cfg.DevShard = devShard
@@ -350,7 +388,8 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 		"EGBE_ICE_UDP": &c.ICEUDP, "EGBE_STREAMER_WS": &c.StreamerWS, "EGBE_PLAYER_WS": &c.PlayerWS,
 		"EGBE_ADMIN": &c.Admin, "EGBE_REDIS_URL": &c.RedisURL, "EGBE_TLS_CERT": &c.TLSCert, "EGBE_TLS_KEY": &c.TLSKey,
 		"EGBE_PXSTREAM_AUTH": &c.PxstreamAuth, "EGBE_PXSTREAM_TOPOLOGY": &c.PxstreamTopology, "EGBE_POLICY": &c.PolicyFile,
-		"EGBE_JWT_SECRET": &c.JWTSecret, "EGBE_PUBLIC_URL": &c.PublicURL}
+		"EGBE_JWT_SECRET": &c.JWTSecret, "EGBE_PUBLIC_URL": &c.PublicURL,
+		"EGBE_TURN_RELAY_PORTS": &c.TURNRelayPorts, "EGBE_TURN_SECRET": &c.TURNSecret}
 	names := make([]string, 0, len(strs))
 	for k := range strs {
 		names = append(names, k)
@@ -398,12 +437,24 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 			*dst = p.m
 		}
 	}
-	for k, dst := range map[string]*[]string{"EGBE_PUBLIC_IPS": &c.PublicIPs, "EGBE_ALLOWED_ORIGINS": &c.AllowedOrigins} {
+	for k, dst := range map[string]*[]string{"EGBE_PUBLIC_IPS": &c.PublicIPs, "EGBE_ALLOWED_ORIGINS": &c.AllowedOrigins,
+		"EGBE_TURN_URLS": &c.TURNURLs, "EGBE_TURN_ALLOW_PEERS": &c.TURNAllowPeers} {
 		if v, ok := lookup(getenv, k); ok {
 			*dst = splitList(v)
 		}
 	}
 	return nil
+}
+
+// envPresent finds k in env even when its value is empty.
+func envPresent(env []string, k string) (string, bool) {
+	v, ok := "", false
+	for _, kv := range env {
+		if name, val, found := strings.Cut(kv, "="); found && name == k {
+			v, ok = val, true // the last one wins, as in os.Getenv
+		}
+	}
+	return v, ok
 }
 
 func lookup(getenv func(string) string, k string) (string, bool) {
@@ -467,3 +518,26 @@ type listFlag []string
 
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// minTURNSecret is the shortest EGBE_TURN_SECRET prod mode accepts.
+const minTURNSecret = 16
+
+// validateTURN checks the TURN settings.
+func (c *Config) validateTURN() []error {
+	var errs []error
+	if _, err := turnrelay.ParsePortRange(c.TURNRelayPorts); err != nil {
+		errs = append(errs, fmt.Errorf("--turn-relay-ports %q: %w", c.TURNRelayPorts, err))
+	}
+	for _, u := range c.TURNURLs {
+		if err := turnrelay.ValidateURL(u); err != nil {
+			errs = append(errs, fmt.Errorf("--turn-url: %w", err))
+		}
+	}
+	probe := turnrelay.Default()
+	probe.Secret = []byte("probe")
+	probe.AllowPeers = c.TURNAllowPeers
+	if err := probe.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--turn-allow-peer: %w", err))
+	}
+	return errs
+}

@@ -81,6 +81,7 @@ type Edge struct {
 	extraServers []extraServer
 	admitter     shard.Admitter   // nil: admit every handshake
 	voiceHooks   shard.VoiceHooks // nil: no voice
+	turn         *turnPlane       // the embedded TURN server and credential issuer
 	// lifetime is cancelled when the edge has closed; subsystems started in
 	// New (the dev shard) run under it.
 	lifetime context.Context
@@ -90,6 +91,7 @@ type Edge struct {
 // Addrs are the bound addresses of an Edge's listeners.
 type Addrs struct {
 	HTTP, HTTPS, H3, ICE, StreamerWS, PlayerWS, Admin string
+	TURN                                              string // UDP and TCP; "" when off
 }
 
 // New validates cfg, binds every listener and builds the subsystems.
@@ -238,6 +240,9 @@ func (e *Edge) Addrs() Addrs {
 	a := Addrs{HTTP: s(e.httpLn), HTTPS: s(e.httpsLn), StreamerWS: s(e.streamerLn), PlayerWS: s(e.playerLn), Admin: s(e.adminLn), ICE: e.ice.String()}
 	if e.h3Conn != nil {
 		a.H3 = e.h3Conn.LocalAddr().String()
+	}
+	if e.turn != nil && e.turn.srv != nil {
+		a.TURN = e.turn.srv.UDPAddr().String()
 	}
 	return a
 }

@@ -75,6 +75,7 @@ func TestProdHasNoDevToken(t *testing.T) {
 	te := startEdge(t, func(c *Config) {
 		c.Mode = ModeProd
 		c.JWTSecret = strings.Repeat("k", 32)
+		c.TURNSecret = strings.Repeat("t", 32)
 		c.DevShard = false
 		c.PxstreamAuth = "token"
 		certFile, keyFile := writeTestCert(t)
