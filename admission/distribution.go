@@ -103,7 +103,7 @@ func DistributionReport(p *Policy) Report {
 			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: invalid request: %v", prof.Name, err))
 			continue
 		}
-		out, err := res.Resolve(context.Background(), &req)
+		out, err := res.Resolve(context.Background(), &req, false)
 		if err != nil || out.Decision == nil {
 			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: not routed (err %v, waitlist %+v)", prof.Name, err, out.Waitlist))
 			continue

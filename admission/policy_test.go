@@ -36,7 +36,7 @@ type pxEnv struct {
 func newPxEnv() *pxEnv {
 	e := &pxEnv{audit: &bytes.Buffer{}, now: clock0}
 	clk := func() time.Time { return e.now }
-	e.a = NewAdmitter(DefaultPolicy(), state.NewMemoryLeases(), state.NewMemoryBudgets(), NewAuditor(e.audit, clk), clk, nil)
+	e.a = NewAdmitter(DefaultPolicy(), state.NewMemoryLeases(), state.NewMemoryBudgets(), nil, NewAuditor(e.audit, clk), clk, nil)
 	return e
 }
 
@@ -57,7 +57,7 @@ func TestPxAdmission(t *testing.T) {
 	}
 	inst := func(r PxRequest) PxRequest { r.InstitutionApproved = true; return r }
 	paid := func(r PxRequest) PxRequest { r.Paid = true; return r }
-	walk := func(r PxRequest, slots, used int) PxRequest { r.Concert = &WalkUp{Slots: slots, InUse: used}; return r }
+	walk := func(r PxRequest, slots int) PxRequest { r.WalkUp = &WalkUp{Event: "gala", Slots: slots}; return r }
 	util := func(r PxRequest, u ...int) PxRequest { r.EligiblePopUtilBP = u; return r }
 	cases := []struct {
 		name  string
@@ -107,9 +107,10 @@ func TestPxAdmission(t *testing.T) {
 			return s
 		}()},
 		{"walk-up pool full: free falls back, paid passes", []step{
-			{walk(pxReq("s1", "u", "10.0.0.1"), 10, 10), PxFallbackWalkUp, 503},
-			{walk(pxReq("s2", "v", "10.0.0.2"), 10, 9), PxAdmit, 200},
-			{paid(walk(pxReq("s3", "w", "10.0.0.3"), 10, 10)), PxAdmit, 200},
+			{walk(pxReq("s1", "u", "10.0.0.1"), 2), PxAdmit, 200},
+			{walk(pxReq("s2", "v", "10.0.0.2"), 2), PxAdmit, 200},
+			{walk(pxReq("s3", "x", "10.0.0.3"), 2), PxFallbackWalkUp, 503},
+			{paid(walk(pxReq("s4", "w", "10.0.0.4"), 2)), PxAdmit, 200},
 		}},
 		{"backpressure: every eligible POP >= 85 %", []step{
 			{util(pxReq("s1", "u", "10.0.0.1"), 8500, 9100), PxFallbackBackpressure, 503},
@@ -169,18 +170,13 @@ func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full")
 
 func TestPxAuditFailureKeepsDenial(t *testing.T) {
 	clk := func() time.Time { return clock0 }
-	a := NewAdmitter(DefaultPolicy(), state.NewMemoryLeases(), state.NewMemoryBudgets(), NewAuditor(failWriter{}, clk), clk, nil)
-	r := walkFull()
+	a := NewAdmitter(DefaultPolicy(), state.NewMemoryLeases(), state.NewMemoryBudgets(), nil, NewAuditor(failWriter{}, clk), clk, nil)
+	r := pxReq("s", "u", "10.0.0.1")
+	r.EligiblePopUtilBP = []int{9000}
 	d, err := a.Admit(context.Background(), r)
-	if !errors.Is(err, ErrAudit) || d.Action != PxFallbackWalkUp {
+	if !errors.Is(err, ErrAudit) || d.Action != PxFallbackBackpressure {
 		t.Fatalf("%+v %v", d, err)
 	}
-}
-
-func walkFull() PxRequest {
-	r := pxReq("s", "u", "10.0.0.1")
-	r.Concert = &WalkUp{Slots: 1, InUse: 1}
-	return r
 }
 
 func TestPxLeaseLapses(t *testing.T) {

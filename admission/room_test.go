@@ -15,7 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,6 +50,7 @@ func (h healthCeil) AdmitCeilingPerMinute() (float64, bool) { return float64(h),
 
 type roomEnv struct {
 	t      *testing.T
+	pol    *Policy
 	room   *Room
 	wipe   func()
 	signer *auth.Signer
@@ -101,6 +101,7 @@ func newRoomEnv(t *testing.T, b queueBackend) *roomEnv {
 	e := &roomEnv{t: t, now: clock0, audit: &bytes.Buffer{}, util: &utilMap{m: map[string]int{}}}
 	p := DefaultPolicy()
 	p.WaitingRoom.MetaCacheMs = 0
+	e.pol = p
 	signer, err := auth.New(bytes.Repeat([]byte("k"), 32), e.clock)
 	if err != nil {
 		t.Fatal(err)
@@ -343,8 +344,8 @@ func TestRoom(t *testing.T) {
 					t.Fatalf("unknown field: %d %v", code, out)
 				}
 				_, out := e.do("POST", "/api/v1/queue/join", "", `{"clientRegion":"de"}`)
-				if out["status"] != "queued" {
-					t.Fatalf("frozen room admitted: %v", out)
+				if out["status"] != "paused" || out["estimatedWaitSeconds"] != -1.0 {
+					t.Fatalf("frozen room: %v, want paused with no wait quoted", out)
 				}
 				code, st := e.do("GET", "/api/v1/queue/state", op, "")
 				if code != 200 || st["frozen"] != true || st["halved"] != true {
@@ -563,26 +564,6 @@ func TestTwoRoomsShareRedis(t *testing.T) {
 	_ = io.Discard
 }
 
-func TestRoomRunAutoArms(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newRoomEnv(t, queueBackend{"memory", func(*testing.T) (state.Queue, func()) { q := state.NewMemoryQueue(); return q, q.Wipe }})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- e.room.Run(ctx, 15*time.Second, func() ArmSignals { return ArmSignals{P95LatencyMs: 800} })
-		}()
-		time.Sleep(16 * time.Second) // fake clock inside the bubble
-		synctest.Wait()
-		if m, _ := e.room.Meta(ctx); !m.ArmedGlobal {
-			t.Fatal("p95 over 500 ms did not arm the room")
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	})
-}
-
 func TestMetricsRegistered(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
@@ -591,12 +572,12 @@ func TestMetricsRegistered(t *testing.T) {
 	}
 	p := DefaultPolicy()
 	prof := DeviceProfiles()[0]
-	out, _ := NewResolver(p, nil, func() time.Time { return clock0 }, m).Resolve(context.Background(), &prof.Request)
+	out, _ := NewResolver(p, nil, func() time.Time { return clock0 }, m).Resolve(context.Background(), &prof.Request, false)
 	if out.Decision == nil {
 		t.Fatal("no decision")
 	}
 	m.refused("pxstream", "reject-user-cap")
-	m.queue("eu-west-1", 10, 3)
+	m.queue("eu-west-1", 10, 3, 100)
 	fams, _ := reg.Gather()
 	names := map[string]bool{}
 	for _, f := range fams {

@@ -77,9 +77,40 @@ type Config struct {
 
 	// Admission policy file ("" = the shipped defaults).
 	PolicyFile string `json:"policy_file"` // --policy / EGBE_POLICY
+	// PxstreamEvents is the events file: concert walk-up pools and reserved
+	// sessions, booked attendees (paid windows, the pre-warm bypass lane),
+	// per-user cap grants and approved institutional networks ("" = none).
+	PxstreamEvents string `json:"pxstream_events"` // --pxstream-events / EGBE_PXSTREAM_EVENTS
+	// AuditLog is where admission's audit events go, one JSON object a line
+	// ("" = stderr).
+	AuditLog string `json:"audit_log"` // --audit-log / EGBE_AUDIT_LOG
+	// InsecurePxstreamAuthNone lets prod run Pixel Streaming without tokens
+	// (anyone may register a streamer id or play any streamer). Prod refuses
+	// --pxstream-auth none without it.
+	InsecurePxstreamAuthNone bool `json:"insecure_pxstream_auth_none"` // --insecure-pxstream-auth-none / EGBE_INSECURE_PXSTREAM_AUTH_NONE
+
+	// test holds hooks only this package's tests set (an injected clock,
+	// fast control loops). No flag, variable or file reaches it, so the
+	// binary always runs on the wall clock.
+	test testHooks
 
 	// Which mode-dependent keys the config file set explicitly.
 	fileSetDevShard, fileSetPxAuth bool
+}
+
+// testHooks are set only by this package's tests.
+type testHooks struct {
+	now         func() time.Time // nil: time.Now
+	surgeEvery  time.Duration    // 0: the reference's 15 s
+	chargeEvery time.Duration    // 0: a third of the admission lease TTL
+}
+
+// clock is the edge's clock: the wall clock, or a test's.
+func (c *Config) clock() func() time.Time {
+	if c.test.now != nil {
+		return c.test.now
+	}
+	return time.Now
 }
 
 // ICEServer is one STUN/TURN server for Epic peers.
@@ -190,6 +221,9 @@ func (c *Config) Validate() error {
 		if c.DevStreamers > 0 {
 			bad("prod mode never runs dev streamers")
 		}
+		if c.PxstreamAuth == "none" && !c.InsecurePxstreamAuthNone {
+			bad("prod mode needs --pxstream-auth token: with none anyone may squat a streamer id or play any streamer; pass --insecure-pxstream-auth-none to run without Pixel Streaming auth anyway")
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
@@ -215,7 +249,8 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 		modeFlag, redisFlag, topoFlag        string
 		httpF, httpsF, iceF, swsF, pwsF, adF string
 		tlsCert, tlsKey, pxAuth, policyF     string
-		publicURL                            string
+		publicURL, eventsF, auditF           string
+		insecurePxNone                       bool
 		maxPlayers, devStreamers, slots      int
 		drain                                time.Duration
 		devShard                             bool
@@ -244,6 +279,9 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&devStreamers, "dev-streamers", 0, "synthetic streamers to run in-process (dev)")
 	fs.IntVar(&slots, "voice-slots", cfg.VoiceSlots, "audio slots per voice listener")
 	fs.StringVar(&policyF, "policy", "", "admission policy `file` (default: the shipped reference values)")
+	fs.StringVar(&eventsF, "pxstream-events", "", "Pixel Streaming events `file`: walk-up pools, reserved sessions, booked attendees, cap grants, institutional networks")
+	fs.StringVar(&auditF, "audit-log", "", "admission audit log `file`, JSON lines (default: stderr)")
+	fs.BoolVar(&insecurePxNone, "insecure-pxstream-auth-none", false, "INSECURE: let prod run Pixel Streaming with --pxstream-auth none")
 	if err := fs.Parse(args); err != nil {
 		return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -270,10 +308,12 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	str := map[string]*string{"mode": &cfg.Mode, "http": &cfg.HTTP, "https": &cfg.HTTPS, "ice-udp": &cfg.ICEUDP,
 		"streamer-ws": &cfg.StreamerWS, "player-ws": &cfg.PlayerWS, "admin": &cfg.Admin, "redis-url": &cfg.RedisURL,
 		"tls-cert": &cfg.TLSCert, "tls-key": &cfg.TLSKey, "pxstream-auth": &cfg.PxstreamAuth,
-		"pxstream-topology": &cfg.PxstreamTopology, "policy": &cfg.PolicyFile, "public-url": &cfg.PublicURL}
+		"pxstream-topology": &cfg.PxstreamTopology, "policy": &cfg.PolicyFile, "public-url": &cfg.PublicURL,
+		"pxstream-events": &cfg.PxstreamEvents, "audit-log": &cfg.AuditLog}
 	vals := map[string]string{"mode": modeFlag, "http": httpF, "https": httpsF, "ice-udp": iceF, "streamer-ws": swsF,
 		"player-ws": pwsF, "admin": adF, "redis-url": redisFlag, "tls-cert": tlsCert, "tls-key": tlsKey,
-		"pxstream-auth": pxAuth, "pxstream-topology": topoFlag, "policy": policyF, "public-url": publicURL}
+		"pxstream-auth": pxAuth, "pxstream-topology": topoFlag, "policy": policyF, "public-url": publicURL,
+		"pxstream-events": eventsF, "audit-log": auditF}
 	for name, dst := range str {
 		if set[name] {
 			*dst = vals[name]
@@ -305,6 +345,9 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	}
 	if set["voice-slots"] {
 		cfg.VoiceSlots = slots
+	}
+	if set["insecure-pxstream-auth-none"] {
+		cfg.InsecurePxstreamAuthNone = insecurePxNone
 	}
 	cfg.applyModeDefaults(set["dev-shard"] || getenv("EGBE_DEV_SHARD") != "", set["pxstream-auth"] || getenv("EGBE_PXSTREAM_AUTH") != "" || cfg.fileSetPxAuth)
 	return cfg, nil
@@ -350,7 +393,8 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 		"EGBE_ICE_UDP": &c.ICEUDP, "EGBE_STREAMER_WS": &c.StreamerWS, "EGBE_PLAYER_WS": &c.PlayerWS,
 		"EGBE_ADMIN": &c.Admin, "EGBE_REDIS_URL": &c.RedisURL, "EGBE_TLS_CERT": &c.TLSCert, "EGBE_TLS_KEY": &c.TLSKey,
 		"EGBE_PXSTREAM_AUTH": &c.PxstreamAuth, "EGBE_PXSTREAM_TOPOLOGY": &c.PxstreamTopology, "EGBE_POLICY": &c.PolicyFile,
-		"EGBE_JWT_SECRET": &c.JWTSecret, "EGBE_PUBLIC_URL": &c.PublicURL}
+		"EGBE_JWT_SECRET": &c.JWTSecret, "EGBE_PUBLIC_URL": &c.PublicURL, "EGBE_PXSTREAM_EVENTS": &c.PxstreamEvents,
+		"EGBE_AUDIT_LOG": &c.AuditLog}
 	names := make([]string, 0, len(strs))
 	for k := range strs {
 		names = append(names, k)
@@ -370,6 +414,13 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 			}
 			*dst = n
 		}
+	}
+	if v, ok := lookup(getenv, "EGBE_INSECURE_PXSTREAM_AUTH_NONE"); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%w: EGBE_INSECURE_PXSTREAM_AUTH_NONE=%q: not a boolean", ErrConfig, v)
+		}
+		c.InsecurePxstreamAuthNone = b
 	}
 	if v, ok := lookup(getenv, "EGBE_DEV_SHARD"); ok {
 		b, err := strconv.ParseBool(v)
