@@ -1,9 +1,12 @@
 package edge
 
 import (
+	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -190,5 +193,156 @@ func launchBody(region string, fast, webGpu bool) map[string]any {
 		"network":      map[string]any{"sustainedDownlinkMbps": mbps, "probeDurationMs": 3000},
 		"region":       map[string]any{"pixelStreamingRestricted": false},
 		"pops":         []any{},
+	}
+}
+
+// readyz answers /readyz: its status and reasons.
+func (te *testEdge) readyz(t *testing.T) (int, []string) {
+	t.Helper()
+	resp, err := http.Get(te.adminURL("/readyz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Reasons []string `json:"reasons"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body.Reasons
+}
+
+func (te *testEdge) waitReady(t *testing.T, what string, wantReason string) {
+	t.Helper()
+	waitUntil(t, 15*time.Second, what, func() bool {
+		code, reasons := te.readyz(t)
+		if wantReason == "" {
+			return code == http.StatusOK
+		}
+		return code == http.StatusServiceUnavailable && slices.Contains(reasons, wantReason)
+	})
+}
+
+// TestReadyzFollowsState (point 9): /readyz is unready while Redis is
+// down, frozen, or flushed (the waiting room fails closed until re-armed),
+// and ready again without a restart; /healthz stays 200 throughout. A prod
+// edge with no shard is unready.
+func TestReadyzFollowsState(t *testing.T) {
+	rds := redistest.StartServer(t)
+	te := startEdge(t, func(c *Config) { c.RedisURL = "redis://" + rds.Addr + "/0" })
+	health := func() int {
+		resp, err := http.Get(te.adminURL("/healthz"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	rds.Freeze()
+	te.waitReady(t, "unready while Redis is frozen", "state_store_unreachable")
+	if health() != http.StatusOK {
+		t.Fatal("healthz failed while Redis was frozen")
+	}
+	rds.Thaw()
+	te.waitReady(t, "ready once Redis answers again", "")
+	rds.Kill()
+	te.waitReady(t, "unready while Redis is down", "state_store_unreachable")
+	if health() != http.StatusOK {
+		t.Fatal("healthz failed while Redis was down")
+	}
+	rds.Restart() // back, empty: the waiting room's state is lost
+	te.waitReady(t, "unready while the room fails closed", "waiting_room_state_lost")
+	if code, st := te.call(t, http.MethodPost, "/api/v1/queue/rearm", te.operator(t), map[string]any{"reason": "test"}); code != http.StatusOK {
+		t.Fatalf("rearm: %d %v", code, st)
+	}
+	te.waitReady(t, "ready after the re-arm", "")
+
+	// Prod with no shard at all: nothing to serve.
+	prod := startEdgeUnready(t, func(c *Config) {
+		c.Mode = ModeProd
+		c.JWTSecret = strings.Repeat("k", 32)
+		c.DevShard = false
+		c.PxstreamAuth = "token"
+		c.TLSCert, c.TLSKey = writeTestCert(t)
+	})
+	prod.waitReady(t, "prod without shards unready", "no_shards")
+}
+
+// startEdgeUnready is startEdge without waiting for readiness.
+func startEdgeUnready(t *testing.T, mutate func(*Config)) *testEdge {
+	t.Helper()
+	cfg := testConfig()
+	mutate(&cfg)
+	e, err := New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	te := &testEdge{Edge: e, addrs: e.Addrs(), cancel: cancel, done: make(chan error, 1)}
+	go func() { te.done <- e.Run(ctx) }()
+	t.Cleanup(func() { te.stop(t) })
+	return te
+}
+
+// TestMatchHonoursTheRoom (point 7): with the room armed, the match wants
+// an admission ticket exactly as launch does — a plain token is refused
+// (429 admission_ticket_required, with the fallback), a ticket from the
+// queue passes once and only for its holder, bypass lanes (operator, a
+// booked attendee's pre-warm) pass; after Redis is flushed the match fails
+// closed like everything else until an operator re-arms.
+func TestMatchHonoursTheRoom(t *testing.T) {
+	rds := redistest.StartServer(t)
+	clk := newTestClock()
+	events := writeJSONFile(t, "events.json", map[string]any{"version": 1, "events": []any{map[string]any{
+		"id": "gala", "pop": "us-east-1", "start": clk.Now().Add(20 * time.Minute), "end": clk.Now().Add(3 * time.Hour),
+		"prewarmMinutes": 30, "reservedSessions": 0, "walkUpSlots": 10, "priority": 1, "attendees": []string{"vip"}}}})
+	te := startEdge(t, pxFleet(rds, clk, func(c *Config) { c.PxstreamEvents = events }))
+	te.rawStreamers(t, "ue-", "us-east-1", 4)
+	if code, st := te.call(t, http.MethodPost, "/api/v1/queue/arm", te.operator(t), map[string]any{"armed": true}); code != http.StatusOK {
+		t.Fatalf("arm: %d %v", code, st)
+	}
+	fan := te.accessToken(t, auth.Access{Subject: "fan", Entitlement: "paid", Region: "us-east"})
+	code, m := te.matchAs(t, fan, nil)
+	if code != http.StatusTooManyRequests || m["reason"] != "admission_ticket_required" || str(m, "fallback_url") == "" {
+		t.Fatalf("plain token with the room armed: %d %v", code, m)
+	}
+	// Launch answers the same.
+	if code, d := te.call(t, http.MethodPost, "/api/v3/lilith/launch", fan, launchBody("us-ca", true, true)); code != http.StatusTooManyRequests || d["code"] != "admission_ticket_required" {
+		t.Fatalf("launch: %d %v", code, d)
+	}
+	code, q := te.call(t, http.MethodPost, "/api/v1/queue/join", fan, map[string]any{"clientRegion": "us-east", "lane": "pxstream"})
+	ticket := str(q, "admissionTicket")
+	if code != http.StatusOK || q["status"] != "admitted" || ticket == "" {
+		t.Fatalf("join: %d %v", code, q)
+	}
+	other := te.accessToken(t, auth.Access{Subject: "other", Entitlement: "paid", Region: "us-east"})
+	if code, m := te.matchAs(t, other, nil, "X-Egbe-Admission", ticket); code != http.StatusForbidden || m["reason"] != "admission_denied" {
+		t.Fatalf("someone else's ticket: %d %v", code, m)
+	}
+	if code, m := te.matchAs(t, fan, nil, "X-Egbe-Admission", ticket); code != http.StatusOK {
+		t.Fatalf("with the ticket: %d %v", code, m)
+	}
+	if code, m := te.matchAs(t, te.operator(t), nil); code != http.StatusOK {
+		t.Fatalf("operator lane: %d %v", code, m)
+	}
+	vip := te.accessToken(t, auth.Access{Subject: "vip", Region: "us-east"})
+	if code, m := te.matchAs(t, vip, nil); code != http.StatusOK {
+		t.Fatalf("booked attendee in the pre-warm window: %d %v", code, m)
+	}
+	if err := redisClient(t, rds).FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the match to fail closed", func() bool {
+		clk.Advance(time.Second) // past the room's 1 s meta cache
+		code, m := te.matchAs(t, fan, nil)
+		return code == http.StatusServiceUnavailable && m["reason"] == "waiting_room_state_lost"
+	})
+	if code, d := te.call(t, http.MethodPost, "/api/v3/lilith/launch", fan, launchBody("us-ca", true, true)); code != http.StatusServiceUnavailable || d["code"] != "waiting_room_state_lost" {
+		t.Fatalf("launch after the flush: %d %v", code, d)
+	}
+	if code, st := te.call(t, http.MethodPost, "/api/v1/queue/rearm", te.operator(t), map[string]any{"reason": "after the flush"}); code != http.StatusOK {
+		t.Fatalf("rearm: %d %v", code, st)
+	}
+	if code, m := te.matchAs(t, fan, nil); code != http.StatusTooManyRequests {
+		t.Fatalf("after the re-arm, no ticket: %d %v", code, m)
 	}
 }

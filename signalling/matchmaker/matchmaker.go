@@ -455,8 +455,16 @@ func (m *Matchmaker) candidates(req *Request, scope string, ls []load) (cands []
 // counts, scores and sorts what is left.
 func (m *Matchmaker) rank(cands []candidate, d Decision, free bool, rejected []string) []candidate {
 	out := cands[:0]
+	var fresh []load
+	if len(d.HeldBack) > 0 {
+		// A reservation is a promise: judge it on the registry as it is
+		// now, not on the scoring cache (which misses other edges' leases
+		// for up to load_cache_ttl).
+		fresh = m.loads()
+	}
 	for _, c := range cands {
 		if held := d.HeldBack[c.pop.ID]; held > 0 {
+			c.sessions = fresh[m.popIndex[c.pop.ID]].sessions
 			slots := c.pop.MaxSessions - held
 			if free {
 				slots -= c.pop.PaidHeadroomSessions
