@@ -699,6 +699,10 @@ func TestRoomOverflowAndRefresh(t *testing.T) {
 // room and checks the ceilings: no region admits more than burst + rate x
 // window, the global bucket likewise, and no pixel-stream admit happens in
 // a region at >= 85 %.
+//
+// The surge controller runs throughout, as in the edge (entry criteria,
+// health clamp, abort ladder, pages), stepping every simulated second on
+// what the storm's answers measure: it must not loosen a ceiling.
 func TestSurgeStorm(t *testing.T) {
 	for _, b := range queueBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
@@ -706,6 +710,17 @@ func TestSurgeStorm(t *testing.T) {
 			e.arm("")
 			e.util.set("eu-west-1", 8600) // backpressure: web only, half rate
 			ctx := context.Background()
+			meter, err := NewMeter(state.NewMemoryTallies(), e.clock, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clamp := &HealthClamp{}
+			e.room.d.Health = clamp
+			surge, err := NewSurge(e.pol, SurgeDeps{Room: e.room, Meter: meter, Clamp: clamp, KV: state.NewMemoryKV(e.clock),
+				Leases: state.NewMemoryLeases(), Holder: "storm-edge", Audit: e.room.d.Audit, Now: e.clock})
+			if err != nil {
+				t.Fatal(err)
+			}
 			clients := []string{"us-ca", "de", "gb", "in", "br", "us-ca", "de", "us-ca"}
 			type entry struct {
 				ticket, region string
@@ -725,9 +740,16 @@ func TestSurgeStorm(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					meter.HTTP("queue", http.StatusOK, time.Millisecond)
 					all = append(all, entry{st.Ticket, st.Region, lane})
 				}
+				if err := surge.Step(ctx); err != nil {
+					t.Fatal(err)
+				}
 				e.advance(time.Second)
+			}
+			if st, _ := surge.State(ctx); len(st.Applied) != 0 || st.Ceiling != 0 {
+				t.Fatalf("the controller acted on a healthy storm: %+v", st)
 			}
 			for _, en := range all {
 				st, err := e.room.Status(ctx, en.ticket)
