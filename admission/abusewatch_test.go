@@ -60,7 +60,7 @@ func TestAbuseWatch(t *testing.T) {
 		t.Fatalf("human: %+v %v", d, err)
 	}
 	// The ban outlives the observation window, not its TTL.
-	now = now.Add(time.Duration(p.Abuse.ObservationWindowMs)*3*time.Millisecond)
+	now = now.Add(time.Duration(p.Abuse.ObservationWindowMs) * 3 * time.Millisecond)
 	if d, _ := a.Admit(ctx, pxReq("s-bot-later", "bot", "10.0.0.1")); d.Action != PxRejectAbuse {
 		t.Fatalf("bot 30 min later: %s", d.Action)
 	}

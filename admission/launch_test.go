@@ -18,7 +18,9 @@ var clock0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
 type staticFleet []PopCandidate
 
-func (f staticFleet) PopCandidates(context.Context, string, bool) ([]PopCandidate, error) { return f, nil }
+func (f staticFleet) PopCandidates(context.Context, string, bool) ([]PopCandidate, error) {
+	return f, nil
+}
 
 func TestDefaultPolicyValid(t *testing.T) {
 	p, err := ParsePolicy(strings.NewReader(string(defaultPolicyJSON)))

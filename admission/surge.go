@@ -42,10 +42,10 @@ func (h *HealthClamp) set(c float64) {
 type SurgeDeps struct {
 	Room   *Room
 	Meter  *Meter
-	Clamp  *HealthClamp  // the Room's Health; nil: no clamp is applied
-	KV     state.KV      // the ladder's state, fleet-wide
-	Leases state.Leases  // one leader a fleet
-	Holder string        // this edge's name (leader lease holder)
+	Clamp  *HealthClamp // the Room's Health; nil: no clamp is applied
+	KV     state.KV     // the ladder's state, fleet-wide
+	Leases state.Leases // one leader a fleet
+	Holder string       // this edge's name (leader lease holder)
 	// Sessions is the fleet's count of concurrent sessions (the entry
 	// criterion of 20,000); nil reads 0.
 	Sessions func(ctx context.Context) (int, error)
@@ -62,8 +62,8 @@ type SurgeDeps struct {
 // leader lease and acts, and its state (state.KV) carries over when
 // another takes over. Every action is audited.
 type Surge struct {
-	p *Policy    // immutable after New
-	d SurgeDeps  // immutable after New
+	p *Policy   // immutable after New
+	d SurgeDeps // immutable after New
 }
 
 // NewSurge returns a Surge.

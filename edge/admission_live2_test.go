@@ -53,9 +53,9 @@ func TestEventsFileLive(t *testing.T) {
 			}
 		}
 	}
-	expect(a, "walker-1", gala, http.StatusOK, "")                             // the walk-up pool's one slot
+	expect(a, "walker-1", gala, http.StatusOK, "")                                // the walk-up pool's one slot
 	expect(b, "walker-2", gala, http.StatusServiceUnavailable, "fallback-walkup") // full, on any edge
-	expect(a, "vip-1", gala, http.StatusOK, "")                                 // booked: a paid window
+	expect(a, "vip-1", gala, http.StatusOK, "")                                   // booked: a paid window
 	for range 4 {
 		expect(b, "teacher", nil, http.StatusOK, "") // grant: 4 sessions
 	}

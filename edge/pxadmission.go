@@ -33,19 +33,19 @@ type sessionEnder interface {
 // where the broker's hooks fire — takes it over from the edge that made
 // the match: that edge is its owner from then on.
 type pxAdmission struct {
-	a      *admission.Admitter    // immutable after New
-	room   *admission.Room        // immutable after New
-	events *admission.Events      // immutable after New; nil: no events file
-	watch  *admission.AbuseWatch  // immutable after New
-	meter  *admission.Meter       // immutable after New
-	m      *admission.Metrics     // immutable after New
-	kv     state.KV               // immutable after New
-	now    func() time.Time       // immutable after New
-	edge   string                 // immutable after New: this edge's name
-	ttl    time.Duration          // immutable after New: the admission lease TTL
-	every  time.Duration          // immutable after New: refresh and charge interval
-	log    *slog.Logger           // immutable after New
-	ender  sessionEnder           // set once by buildPxstream before Run
+	a      *admission.Admitter   // immutable after New
+	room   *admission.Room       // immutable after New
+	events *admission.Events     // immutable after New; nil: no events file
+	watch  *admission.AbuseWatch // immutable after New
+	meter  *admission.Meter      // immutable after New
+	m      *admission.Metrics    // immutable after New
+	kv     state.KV              // immutable after New
+	now    func() time.Time      // immutable after New
+	edge   string                // immutable after New: this edge's name
+	ttl    time.Duration         // immutable after New: the admission lease TTL
+	every  time.Duration         // immutable after New: refresh and charge interval
+	log    *slog.Logger          // immutable after New
+	ender  sessionEnder          // set once by buildPxstream before Run
 
 	mu       sync.Mutex
 	sessions map[string]*pxSession // guarded by mu: by Pixel Streaming session id

@@ -119,7 +119,7 @@ type Decision struct {
 type Reason string
 
 // Refusal reasons the matchmaker itself produces. Admitters define their
-// own (user_concurrency_cap 409, network_concurrency_cap 429, ...).
+// own (the edge's are admission's actions: reject-user-cap 409, ...).
 const (
 	ReasonBadRequest           Reason = "bad_request"            // 400
 	ReasonUnknownRegion        Reason = "unknown_client_region"  // 400
@@ -136,11 +136,6 @@ const (
 	// ReasonCodecMismatch counts offers Hooks.CheckOffer rejected (the
 	// broker tells the player; no HTTP answer carries it).
 	ReasonCodecMismatch Reason = "codec_mismatch"
-
-	// Suggested admission reasons (the Admitter owns them).
-	ReasonUserConcurrencyCap    Reason = "user_concurrency_cap"    // 409
-	ReasonNetworkConcurrencyCap Reason = "network_concurrency_cap" // 429
-	ReasonFreeMinutesExhausted  Reason = "free_tier_minutes_exhausted"
 )
 
 // Refusal is a typed refusal: a reason code and the HTTP status it maps to.

@@ -426,15 +426,15 @@ type refuser struct {
 func (a refuser) Admit(context.Context, Request) (Decision, error) { return a.d, a.err }
 
 func TestAdmitter(t *testing.T) {
-	capped := &Refusal{Reason: ReasonUserConcurrencyCap, Status: http.StatusConflict, Message: "2 sessions already"}
+	capped := &Refusal{Reason: Reason("reject-user-cap"), Status: http.StatusConflict, Message: "2 sessions already"}
 	for _, tc := range []struct {
 		name       string
 		adm        refuser
 		wantStatus int
 		wantReason Reason
 	}{
-		{"refusal in decision", refuser{d: Decision{Refusal: capped}}, 409, ReasonUserConcurrencyCap},
-		{"refusal as error", refuser{err: &Refusal{Reason: ReasonNetworkConcurrencyCap, Status: 429}}, 429, ReasonNetworkConcurrencyCap},
+		{"refusal in decision", refuser{d: Decision{Refusal: capped}}, 409, Reason("reject-user-cap")},
+		{"refusal as error", refuser{err: &Refusal{Reason: Reason("reject-network-cap"), Status: 429}}, 429, Reason("reject-network-cap")},
 		{"admission broken", refuser{err: errors.New("redis down")}, 503, ReasonAdmissionUnavailable},
 		{"admitted with queue position", refuser{d: Decision{Queued: map[string]int{"us-east-1": 3}}}, 200, ""},
 	} {
