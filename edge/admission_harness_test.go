@@ -259,7 +259,7 @@ const offerSDP = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=video 9 U
 // edge's streamer port: it identifies with its token's id and answers
 // every playerConnected with an H.264 offer. It carries no media.
 type rawStreamer struct {
-	t  *testing.T
+	t  testing.TB
 	id string
 	ws *websocket.Conn
 
@@ -269,7 +269,7 @@ type rawStreamer struct {
 	done chan struct{}
 }
 
-func (te *testEdge) rawStreamer(t *testing.T, id, pop string) *rawStreamer {
+func (te *testEdge) rawStreamer(t testing.TB, id, pop string) *rawStreamer {
 	t.Helper()
 	tok, err := te.Signer().IssueStreamer(auth.Streamer{StreamerID: id, POP: pop, Codecs: []string{"H264"}}, time.Hour)
 	if err != nil {
@@ -325,7 +325,7 @@ func (s *rawStreamer) lastPlayer() string {
 
 // rawStreamers registers n streamers in pop and waits until the edge's
 // registry counts them idle.
-func (te *testEdge) rawStreamers(t *testing.T, prefix, pop string, n int) []*rawStreamer {
+func (te *testEdge) rawStreamers(t testing.TB, prefix, pop string, n int) []*rawStreamer {
 	t.Helper()
 	out := make([]*rawStreamer, n)
 	for i := range out {
