@@ -36,9 +36,14 @@ const tallySpace = "egbe:tally:"
 // MemoryTallies is the one-node Tallies. Expiry follows the caller's
 // (injected) clock.
 type MemoryTallies struct {
-	mu sync.Mutex
-	m  map[string]*tally // guarded by mu
+	mu     sync.Mutex
+	m      map[string]*tally // guarded by mu
+	writes int               // guarded by mu: sweep expired keys every sweepEvery writes
 }
+
+// sweepEvery amortises the expiry sweep: one pass over the keys per this
+// many writes (a pass per write made every write O(keys)).
+const sweepEvery = 4096
 
 type tally struct {
 	f  map[string]int64
@@ -53,7 +58,7 @@ func NewMemoryTallies() *MemoryTallies { return &MemoryTallies{m: map[string]*ta
 // live returns key's tally (a fresh one when absent or expired), sweeping
 // expired keys now and then. Caller holds mu.
 func (t *MemoryTallies) live(key string, ms int64) *tally {
-	if len(t.m) > 4096 {
+	if t.writes++; t.writes%sweepEvery == 0 {
 		for k, v := range t.m {
 			if v.dl <= ms {
 				delete(t.m, k)
