@@ -11,10 +11,6 @@ const (
 	IdleDisconnect                   // disconnect, return the worker to the pool; reconnect needs a new match
 )
 
-func (a IdleAction) String() string {
-	return [...]string{"none", "prompt", "disconnect"}[a]
-}
-
 // IdleTracker is the idle lifecycle of one leased streamer: a prompt after
 // 90 s without input; a disconnect after 150 s without input, or 60 s after
 // an unanswered prompt, whichever comes first. It is a pure state machine:

@@ -270,7 +270,7 @@ func TestIdleTracker(t *testing.T) {
 					got = tr.Tick(at(e.sec))
 				}
 				if got != e.want {
-					t.Fatalf("at %ds: %s, want %s", e.sec, got, e.want)
+					t.Fatalf("at %ds: action %d, want %d", e.sec, got, e.want)
 				}
 			}
 			if !tr.Next().IsZero() {
