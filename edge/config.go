@@ -93,9 +93,40 @@ type Config struct {
 
 	// Admission policy file ("" = the shipped defaults).
 	PolicyFile string `json:"policy_file"` // --policy / EGBE_POLICY
+	// PxstreamEvents is the events file: concert walk-up pools and reserved
+	// sessions, booked attendees (paid windows, the pre-warm bypass lane),
+	// per-user cap grants and approved institutional networks ("" = none).
+	PxstreamEvents string `json:"pxstream_events"` // --pxstream-events / EGBE_PXSTREAM_EVENTS
+	// AuditLog is where admission's audit events go, one JSON object a line
+	// ("" = stderr).
+	AuditLog string `json:"audit_log"` // --audit-log / EGBE_AUDIT_LOG
+	// InsecurePxstreamAuthNone lets prod run Pixel Streaming without tokens
+	// (anyone may register a streamer id or play any streamer). Prod refuses
+	// --pxstream-auth none without it.
+	InsecurePxstreamAuthNone bool `json:"insecure_pxstream_auth_none"` // --insecure-pxstream-auth-none / EGBE_INSECURE_PXSTREAM_AUTH_NONE
+
+	// test holds hooks only this package's tests set (an injected clock,
+	// fast control loops). No flag, variable or file reaches it, so the
+	// binary always runs on the wall clock.
+	test testHooks
 
 	// Which mode-dependent keys the config file set explicitly.
 	fileSetDevShard, fileSetPxAuth bool
+}
+
+// testHooks are set only by this package's tests.
+type testHooks struct {
+	now         func() time.Time // nil: time.Now
+	surgeEvery  time.Duration    // 0: the reference's 15 s
+	chargeEvery time.Duration    // 0: a third of the admission lease TTL
+}
+
+// clock is the edge's clock: the wall clock, or a test's.
+func (c *Config) clock() func() time.Time {
+	if c.test.now != nil {
+		return c.test.now
+	}
+	return time.Now
 }
 
 // ICEServer is one STUN/TURN server for Epic peers.
@@ -212,6 +243,9 @@ func (c *Config) Validate() error {
 		if (c.TURN != "" || len(c.TURNURLs) > 0) && len(c.TURNSecret) < minTURNSecret {
 			bad("prod mode needs EGBE_TURN_SECRET (at least %d bytes) when TURN is on (--turn, --turn-url); set --turn \"\" to run without", minTURNSecret)
 		}
+		if c.PxstreamAuth == "none" && !c.InsecurePxstreamAuthNone {
+			bad("prod mode needs --pxstream-auth token: with none anyone may squat a streamer id or play any streamer; pass --insecure-pxstream-auth-none to run without Pixel Streaming auth anyway")
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
@@ -238,7 +272,9 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 		httpF, httpsF, iceF, swsF, pwsF, adF string
 		tlsCert, tlsKey, pxAuth, policyF     string
 		publicURL, turnF, turnPorts          string
+		eventsF, auditF                      string
 		turnURLs, turnAllow                  listFlag
+		insecurePxNone                       bool
 		maxPlayers, devStreamers, slots      int
 		drain                                time.Duration
 		devShard                             bool
@@ -271,6 +307,9 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&turnPorts, "turn-relay-ports", cfg.TURNRelayPorts, "UDP port `range` MIN-MAX for TURN relays")
 	fs.Var(&turnURLs, "turn-url", "external TURN server `URL` sharing EGBE_TURN_SECRET, e.g. turn:coturn.example.net:3478?transport=udp (repeatable)")
 	fs.Var(&turnAllow, "turn-allow-peer", "`CIDR` TURN may relay to although private (repeatable; loopback is allowed in dev)")
+	fs.StringVar(&eventsF, "pxstream-events", "", "Pixel Streaming events `file`: walk-up pools, reserved sessions, booked attendees, cap grants, institutional networks")
+	fs.StringVar(&auditF, "audit-log", "", "admission audit log `file`, JSON lines (default: stderr)")
+	fs.BoolVar(&insecurePxNone, "insecure-pxstream-auth-none", false, "INSECURE: let prod run Pixel Streaming with --pxstream-auth none")
 	if err := fs.Parse(args); err != nil {
 		return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -301,11 +340,12 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 		"streamer-ws": &cfg.StreamerWS, "player-ws": &cfg.PlayerWS, "admin": &cfg.Admin, "redis-url": &cfg.RedisURL,
 		"tls-cert": &cfg.TLSCert, "tls-key": &cfg.TLSKey, "pxstream-auth": &cfg.PxstreamAuth,
 		"pxstream-topology": &cfg.PxstreamTopology, "policy": &cfg.PolicyFile, "public-url": &cfg.PublicURL,
-		"turn": &cfg.TURN, "turn-relay-ports": &cfg.TURNRelayPorts}
+		"turn": &cfg.TURN, "turn-relay-ports": &cfg.TURNRelayPorts,
+		"pxstream-events": &cfg.PxstreamEvents, "audit-log": &cfg.AuditLog}
 	vals := map[string]string{"mode": modeFlag, "http": httpF, "https": httpsF, "ice-udp": iceF, "streamer-ws": swsF,
 		"player-ws": pwsF, "admin": adF, "redis-url": redisFlag, "tls-cert": tlsCert, "tls-key": tlsKey,
 		"pxstream-auth": pxAuth, "pxstream-topology": topoFlag, "policy": policyF, "public-url": publicURL,
-		"turn": turnF, "turn-relay-ports": turnPorts}
+		"turn": turnF, "turn-relay-ports": turnPorts, "pxstream-events": eventsF, "audit-log": auditF}
 	for name, dst := range str {
 		if set[name] {
 			*dst = vals[name]
@@ -343,6 +383,9 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	}
 	if set["voice-slots"] {
 		cfg.VoiceSlots = slots
+	}
+	if set["insecure-pxstream-auth-none"] {
+		cfg.InsecurePxstreamAuthNone = insecurePxNone
 	}
 	cfg.applyModeDefaults(set["dev-shard"] || getenv("EGBE_DEV_SHARD") != "", set["pxstream-auth"] || getenv("EGBE_PXSTREAM_AUTH") != "" || cfg.fileSetPxAuth)
 	return cfg, nil
@@ -389,7 +432,8 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 		"EGBE_ADMIN": &c.Admin, "EGBE_REDIS_URL": &c.RedisURL, "EGBE_TLS_CERT": &c.TLSCert, "EGBE_TLS_KEY": &c.TLSKey,
 		"EGBE_PXSTREAM_AUTH": &c.PxstreamAuth, "EGBE_PXSTREAM_TOPOLOGY": &c.PxstreamTopology, "EGBE_POLICY": &c.PolicyFile,
 		"EGBE_JWT_SECRET": &c.JWTSecret, "EGBE_PUBLIC_URL": &c.PublicURL,
-		"EGBE_TURN_RELAY_PORTS": &c.TURNRelayPorts, "EGBE_TURN_SECRET": &c.TURNSecret}
+		"EGBE_TURN_RELAY_PORTS": &c.TURNRelayPorts, "EGBE_TURN_SECRET": &c.TURNSecret,
+		"EGBE_PXSTREAM_EVENTS": &c.PxstreamEvents, "EGBE_AUDIT_LOG": &c.AuditLog}
 	names := make([]string, 0, len(strs))
 	for k := range strs {
 		names = append(names, k)
@@ -409,6 +453,13 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 			}
 			*dst = n
 		}
+	}
+	if v, ok := lookup(getenv, "EGBE_INSECURE_PXSTREAM_AUTH_NONE"); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%w: EGBE_INSECURE_PXSTREAM_AUTH_NONE=%q: not a boolean", ErrConfig, v)
+		}
+		c.InsecurePxstreamAuthNone = b
 	}
 	if v, ok := lookup(getenv, "EGBE_DEV_SHARD"); ok {
 		b, err := strconv.ParseBool(v)

@@ -68,6 +68,7 @@ type Edge struct {
 	closers []func() error
 	// readyChecks must all pass for /readyz.
 	readyChecks []func() bool
+	readiness   readiness
 
 	// Subsystems and the seams between them.
 	rt         *realtime
@@ -119,7 +120,7 @@ func New(cfg Config, log *slog.Logger) (e *Edge, err error) {
 		secret = auth.RandomSecret()
 		e.log.Warn("!!! EGBE_JWT_SECRET is not set: using a random JWT secret. Tokens will not survive a restart and no other edge can verify them. Never run like this in production. !!!")
 	}
-	if e.signer, err = auth.New(secret, nil); err != nil {
+	if e.signer, err = auth.New(secret, cfg.clock()); err != nil {
 		return nil, err
 	}
 	if err := e.loadTLS(); err != nil {
@@ -289,8 +290,8 @@ func (e *Edge) adminMux() *http.ServeMux {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	m.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !e.Ready() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unready"})
+		if reasons := e.unready(); len(reasons) > 0 {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unready", "reasons": reasons})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -304,10 +305,10 @@ func (e *Edge) adminMux() *http.ServeMux {
 	return m
 }
 
-// Ready reports readiness: serving, not draining, and every subsystem ready.
-func (e *Edge) Ready() bool {
-	return e.ready.Load() && e.subsystemsReady()
-}
+// Ready reports readiness: serving, not draining, the shared state in
+// reach, the waiting room not failed closed, a shard to serve (see
+// readiness.go).
+func (e *Edge) Ready() bool { return len(e.unready()) == 0 }
 
 // Run serves until ctx ends, then drains and closes with a fresh timeout.
 func (e *Edge) Run(ctx context.Context) error {
@@ -342,6 +343,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	for _, run := range e.runners {
 		g.Go(func() error { return run(gctx) })
 	}
+	g.Go(func() error { return e.runReadiness(gctx) })
 	e.ready.Store(true)
 	e.log.Info("egbe-edge serving", "mode", e.cfg.Mode, "addrs", fmt.Sprintf("%+v", e.Addrs()))
 	if e.cfg.Mode == ModeDev && e.httpLn != nil {

@@ -33,7 +33,7 @@ func testConfig() Config {
 	return cfg
 }
 
-func startEdge(t *testing.T, mutate func(*Config)) *testEdge {
+func startEdge(t testing.TB, mutate func(*Config)) *testEdge {
 	t.Helper()
 	cfg := testConfig()
 	if mutate != nil {
@@ -62,7 +62,7 @@ func startEdge(t *testing.T, mutate func(*Config)) *testEdge {
 	return te
 }
 
-func (te *testEdge) stop(t *testing.T) {
+func (te *testEdge) stop(t testing.TB) {
 	if te.cancel == nil {
 		return
 	}
@@ -82,7 +82,7 @@ func (te *testEdge) httpURL(path string) string  { return "http://" + te.addrs.H
 func (te *testEdge) h3Base() string              { return "https://" + te.addrs.HTTPS }
 func (te *testEdge) adminURL(path string) string { return "http://" + te.addrs.Admin + path }
 
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+func waitUntil(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
@@ -118,7 +118,7 @@ func (te *testEdge) devToken(t *testing.T, sub string) string {
 	return out.Token
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w *testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(bytes.TrimSpace(p)))

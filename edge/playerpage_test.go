@@ -232,10 +232,10 @@ func TestPlayerPageForceTURN(t *testing.T) {
 	if r.LocalCandidateType != "relay" {
 		t.Errorf("selected local candidate %q, want relay", r.LocalCandidateType)
 	}
-	if got := te.metric(t, `egbe_turn_relayed_bytes_total{direction="peer_to_client"}`); got <= 0 {
+	if got := te.scrape(t, `egbe_turn_relayed_bytes_total{direction="peer_to_client"}`); got <= 0 {
 		t.Errorf("the embedded TURN relayed %v bytes of media", got)
 	}
-	if got := te.metric(t, `egbe_turn_allocations_total{transport="udp"}`); got < 2 {
+	if got := te.scrape(t, `egbe_turn_allocations_total{transport="udp"}`); got < 2 {
 		t.Errorf("UDP allocations %v: want the viewer's and the streamer's", got)
 	}
 }

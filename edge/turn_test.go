@@ -90,9 +90,9 @@ func relayEcho(t *testing.T, relay net.PacketConn) bool {
 	return false
 }
 
-// metric reads one sample of the edge's /metrics ("name{labels}" as
+// scrape reads one sample of the edge's /metrics ("name{labels}" as
 // exposed), or -1 when absent.
-func (te *testEdge) metric(t *testing.T, series string) float64 {
+func (te *testEdge) scrape(t *testing.T, series string) float64 {
 	t.Helper()
 	resp, err := http.Get(te.adminURL("/metrics"))
 	if err != nil {
@@ -133,20 +133,20 @@ func TestEdgeTURN(t *testing.T) {
 			t.Fatalf("%s: no round trip through the relay", url)
 		}
 	}
-	if got := te.metric(t, `egbe_turn_allocations{transport="udp"}`); got != 1 {
+	if got := te.scrape(t, `egbe_turn_allocations{transport="udp"}`); got != 1 {
 		t.Errorf("udp allocations %v, want 1", got)
 	}
-	if got := te.metric(t, `egbe_turn_allocations{transport="tcp"}`); got != 1 {
+	if got := te.scrape(t, `egbe_turn_allocations{transport="tcp"}`); got != 1 {
 		t.Errorf("tcp allocations %v, want 1", got)
 	}
 	waitUntil(t, 5*time.Second, "relayed bytes counted", func() bool {
-		return te.metric(t, `egbe_turn_relayed_bytes_total{direction="client_to_peer"}`) > 0
+		return te.scrape(t, `egbe_turn_relayed_bytes_total{direction="client_to_peer"}`) > 0
 	})
 	// A tampered credential is refused and counted.
 	if _, err := turnAllocate(t, s.URLs[0], s.Username, "AAAA"+s.Credential[4:]); err == nil {
 		t.Error("tampered credential allocated")
 	}
-	if got := te.metric(t, `egbe_turn_refusals_total{reason="bad_credential"}`); got < 1 {
+	if got := te.scrape(t, `egbe_turn_refusals_total{reason="bad_credential"}`); got < 1 {
 		t.Errorf("bad_credential refusals %v", got)
 	}
 
@@ -189,7 +189,7 @@ func TestEdgeTURNProdRefusesLoopback(t *testing.T) {
 	if relayEcho(t, relay) {
 		t.Fatal("prod relay reached a loopback peer")
 	}
-	if got := te.metric(t, `egbe_turn_refusals_total{reason="peer_forbidden"}`); got < 1 {
+	if got := te.scrape(t, `egbe_turn_refusals_total{reason="peer_forbidden"}`); got < 1 {
 		t.Errorf("peer_forbidden refusals %v", got)
 	}
 }

@@ -14,11 +14,14 @@ import (
 // returns once every goroutine of the session has ended; the connection is
 // closed by then.
 func (g *Gateway) Serve(ctx context.Context, c ClientConn) {
+	start := time.Now()
 	s, err := g.handshake(ctx, c)
 	if err != nil {
+		g.m.handshakeDur.WithLabelValues("rejected").Observe(time.Since(start).Seconds())
 		g.refuse(ctx, c, err)
 		return
 	}
+	g.m.handshakeDur.WithLabelValues("accepted").Observe(time.Since(start).Seconds())
 	s.run(ctx)
 }
 

@@ -21,6 +21,10 @@ type metrics struct {
 	presenceCoal prometheus.Counter
 	messages     *prometheus.CounterVec // direction, kind
 
+	// handshakeDur: from the connection reaching the gateway to its
+	// ServerHello (or refusal), by outcome (accepted, rejected).
+	handshakeDur *prometheus.HistogramVec
+
 	// Resolved children for the per-snapshot path (no label lookups there).
 	bytesDelta, bytesFull                    prometheus.Counter
 	dropStaleC, dropBudgetC, dropUnreliableC prometheus.Counter
@@ -54,6 +58,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Presence packets superseded before being sent to the shard (over the 20 Hz cap)."}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egbe_shard_messages_total",
 			Help: "Session messages proxied, by direction and kind."}, []string{"direction", "kind"}),
+		handshakeDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "egbe_shard_handshake_seconds",
+			Help:    "Realtime handshake latency: the connection reaching the gateway to its ServerHello or refusal, by outcome.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}, []string{"outcome"}),
 	}
 	m.bytesDelta, m.bytesFull = m.replBytes.WithLabelValues("delta"), m.replBytes.WithLabelValues("full")
 	m.upPresence = m.messages.WithLabelValues("up", "presence")
@@ -63,7 +70,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.sessions, m.handshakes, m.linkUp, m.linkRTT, m.linkConnects,
-		m.projected, m.replBytes, m.fullEquiv, m.drops, m.resumes, m.presenceCoal, m.messages} {
+		m.projected, m.replBytes, m.fullEquiv, m.drops, m.resumes, m.presenceCoal, m.messages, m.handshakeDur} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

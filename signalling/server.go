@@ -53,6 +53,10 @@ type Deps struct {
 	// Idle, when set, runs the idle lifecycle of leased (token-mode)
 	// sessions: it returns a new machine for a session that starts now.
 	Idle func(start time.Time) IdleMachine
+	// Input, when set, receives each streamer's egbe.input.stats report
+	// about a token-mode player (idle.go): the session, its subject, and
+	// what the worker saw. Called without the server's lock.
+	Input func(sessionID, subject string, r InputReport)
 	// Cluster, when set (NewRedisCluster), makes this Server one edge of a
 	// fleet on Redis: the registry is fleet-wide and players signal with
 	// streamers on any edge. Nil (the default) is a single edge in memory.
@@ -78,6 +82,7 @@ type Server struct {
 	upgrader websocket.Upgrader          // immutable after New
 	config   []byte                      // immutable after New: the config message
 	newIdle  func(time.Time) IdleMachine // immutable after New; nil: no idle lifecycle
+	onInput  inputHook                   // immutable after New; nil: reports ignored
 
 	mu         sync.Mutex
 	closed     bool                 // guarded by mu
@@ -93,7 +98,7 @@ type Server struct {
 	// idled the sessions ended for inactivity (their tokens no longer
 	// subscribe). Guarded by mu.
 	idle  map[string]IdleMachine
-	idled map[string]time.Time
+	idled map[string]ended
 
 	// wg counts every reader and writer goroutine.
 	wg sync.WaitGroup
@@ -156,8 +161,9 @@ func New(cfg Config, d Deps) (*Server, error) {
 		conns:   make(map[*conn]struct{}),
 		byID:    make(map[string]*streamer),
 		idle:    make(map[string]IdleMachine),
-		idled:   make(map[string]time.Time),
+		idled:   make(map[string]ended),
 		newIdle: d.Idle,
+		onInput: d.Input,
 	}
 	met, err := newMetrics(d.Registerer, s.reg)
 	if err != nil {
@@ -457,6 +463,8 @@ func (s *Server) onStreamerFrame(st *streamer, b []byte) {
 			s.idleInputLocked(p.session.SessionID)
 		}
 		s.mu.Unlock()
+	case typeInputStats:
+		s.inputStats(st, &m)
 	default:
 		s.ignore(st.conn, dropUnknownType, m.Type)
 	}
@@ -765,8 +773,8 @@ func (s *Server) subscribeLocked(p *player, id string) bool {
 			p.send(msgSubscribeFailed(fmt.Sprintf("Streamer %s is not leased to this session.", id)))
 			return false
 		}
-		if _, gone := s.idled[p.session.SessionID]; gone {
-			p.send(msgSubscribeFailed("Session ended for inactivity: a new match is required."))
+		if e, gone := s.idled[p.session.SessionID]; gone {
+			p.send(msgSubscribeFailed(endedText(e.reason)))
 			return false
 		}
 		if err := s.reg.st.claim(id, p.session.SessionID, s.now(), p.session.ExpiresAt); err != nil {

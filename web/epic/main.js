@@ -16,8 +16,17 @@ if (q.get('streamer')) settings.StreamerId = q.get('streamer');
 Logger.InitLogging?.(1, false);
 
 const epic = (window.epic = {
-  events: {}, at: {}, framesReceived: 0, framesDecoded: 0, stats: 0, subscribeFailed: null, errors: [],
+  events: {}, at: {}, framesReceived: 0, framesDecoded: 0, stats: 0, subscribeFailed: null, errors: [], closes: [],
 });
+// Record every WebSocket close the library sees (the signalling socket):
+// the page observes the library, it does not change it.
+const NativeWebSocket = window.WebSocket;
+window.WebSocket = class extends NativeWebSocket {
+  constructor(...args) {
+    super(...args);
+    this.addEventListener('close', (e) => epic.closes.push({ code: e.code, reason: e.reason }));
+  }
+};
 const config = new Config({ useUrlParams: false, initialSettings: settings });
 const ps = new PixelStreaming(config, { videoElementParent: document.getElementById('player') });
 for (const name of ['webRtcConnecting', 'webRtcConnected', 'webRtcSdp', 'videoInitialized', 'playStream',
