@@ -111,12 +111,18 @@ type WebTransportConfig struct {
 	// MaxIdleTimeout and KeepAlivePeriod are the QUIC settings.
 	MaxIdleTimeout  time.Duration
 	KeepAlivePeriod time.Duration
+	// HTTP3IdleTimeout closes a connection that has no HTTP/3 request or
+	// WebTransport session open for this long; QUIC keepalives do not
+	// count, so a bare QUIC connection that never sends a request is
+	// dropped after it.
+	HTTP3IdleTimeout time.Duration
 	// WriteTimeout bounds one reliable write when ctx has no earlier deadline.
 	WriteTimeout time.Duration
-	// DatagramQueue bounds outgoing datagrams waiting for the per-connection
-	// sender; beyond it WriteUnreliable drops.
+	// DatagramQueue is the depth of the latest-wins queue of outgoing
+	// datagrams waiting for the sender; a full queue drops its oldest.
 	DatagramQueue int
-	// InboundQueue bounds received messages per lane waiting for Read.
+	// InboundQueue is the depth of the latest-wins queue of received
+	// datagrams waiting for Read; a full queue drops its oldest.
 	InboundQueue int
 }
 
@@ -126,21 +132,22 @@ func DefaultWebTransportConfig() WebTransportConfig {
 		FirstStreamTimeout: 10 * time.Second,
 		MaxIdleTimeout:     30 * time.Second,
 		KeepAlivePeriod:    10 * time.Second,
+		HTTP3IdleTimeout:   30 * time.Second,
 		WriteTimeout:       10 * time.Second,
-		DatagramQueue:      64,
-		InboundQueue:       64,
+		DatagramQueue:      2,
+		InboundQueue:       2,
 	}
 }
 
 // Validate checks ranges.
 func (c WebTransportConfig) Validate() error {
 	switch {
-	case c.FirstStreamTimeout <= 0, c.MaxIdleTimeout <= 0, c.KeepAlivePeriod <= 0, c.WriteTimeout <= 0:
+	case c.FirstStreamTimeout <= 0, c.MaxIdleTimeout <= 0, c.KeepAlivePeriod <= 0, c.WriteTimeout <= 0, c.HTTP3IdleTimeout <= 0:
 		return fmt.Errorf("%w: webtransport timeouts must be positive", ErrConfig)
 	case c.KeepAlivePeriod >= c.MaxIdleTimeout:
 		return fmt.Errorf("%w: webtransport keepalive %s must be below idle timeout %s", ErrConfig, c.KeepAlivePeriod, c.MaxIdleTimeout)
-	case c.DatagramQueue <= 0, c.InboundQueue <= 0:
-		return fmt.Errorf("%w: webtransport queues must be positive", ErrConfig)
+	case c.DatagramQueue <= 0, c.InboundQueue <= 0, c.DatagramQueue > latestMax, c.InboundQueue > latestMax:
+		return fmt.Errorf("%w: webtransport queues must be 1..%d deep", ErrConfig, latestMax)
 	}
 	return nil
 }

@@ -195,20 +195,25 @@ func sessionErr(sess *webtransport.Session) error {
 	return err
 }
 
-// WriteUnreliable never blocks: with the sender's queue full it drops.
-func TestWebTransportWriteUnreliableDrops(t *testing.T) {
+// WriteUnreliable never blocks: with the sender behind, a full queue drops
+// its oldest datagram, so the freshest state is sent next.
+func TestWebTransportWriteUnreliableDropsOldest(t *testing.T) {
 	m, _ := testMetrics()
-	c := &wtConn{t: &WebTransport{km: m.forKind(KindWebTransport)}, ending: newEnding(), outgoing: make(chan []byte, 2)}
-	for i := 0; i < 2; i++ {
-		if err := c.WriteUnreliable([]byte("x")); err != nil {
+	c := &wtConn{t: &WebTransport{km: m.forKind(KindWebTransport)}, ending: newEnding(), out: newLatest(2)}
+	c.finished = true // no sender starts: it stays behind
+	for _, msg := range []string{"1", "2", "3", "4"} {
+		if err := c.WriteUnreliable([]byte(msg)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := c.WriteUnreliable([]byte("x")); !errors.Is(err, ErrDropped) {
-		t.Fatalf("full queue: %v, want ErrDropped", err)
+	if got := counter(m, "drops", "webtransport", dropSendQueueFull); got != 2 {
+		t.Errorf("drops = %v, want 2", got)
 	}
-	if got := counter(m, "drops", "webtransport", dropSendQueueFull); got != 1 {
-		t.Errorf("drops = %v", got)
+	for _, want := range []string{"3", "4"} {
+		got, ok := c.out.pop(nil)
+		if !ok || string(got) != want {
+			t.Fatalf("queued %q %v, want %q", got, ok, want)
+		}
 	}
 	c.end(ErrClosed)
 	if err := c.WriteUnreliable([]byte("x")); !errors.Is(err, ErrClosed) {
