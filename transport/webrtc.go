@@ -173,10 +173,11 @@ func (w *WebRTC) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(rw)
 	_ = rc.SetReadDeadline(time.Now().Add(w.cfg.OfferReadTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, w.cfg.MaxOfferBytes))
-	// Cleared so the server's own read of the connection (it watches for
-	// the client going away) does not time out while the answer is built.
-	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
+		// The rest of the body is never read: net/http would otherwise try
+		// to drain it before answering, which a stalled client never lets
+		// finish.
+		rw.Header().Set("Connection", "close")
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
@@ -191,6 +192,9 @@ func (w *WebRTC) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	// Cleared so the server's own read of the connection (it watches for
+	// the client going away) does not time out while the answer is built.
+	_ = rc.SetReadDeadline(time.Time{})
 	offer, err := parseOffer(r.Header.Get("Content-Type"), body)
 	if err != nil {
 		w.km.handshakeFailure(hsBadOffer)
