@@ -27,8 +27,8 @@ import (
 //     ReadBufferSize buffer the connection keeps, and returns a message that
 //     fits it without copying (valid until the next Read);
 //   - the writer (the Handler's WriteReliable and Flush calls) appends frames
-//     to a pooled buffer that leaves in one write per Flush, and an idle
-//     connection holds no write buffer;
+//     to a buffer from a shared free list that leaves in one write per
+//     Flush, and an idle connection holds no write buffer;
 //   - keepalive pings come from the reader's read deadline, not a timer or a
 //     goroutine.
 //
@@ -41,7 +41,7 @@ type WebSocket struct {
 	km       *kindMetrics       // immutable after New
 	upgrader websocket.Upgrader // immutable after New
 	allowed  Origins            // immutable after New
-	wpool    sync.Pool          // *[]byte write buffers, shared by every connection
+	wbufs    *bufList           // write buffers, shared by every connection
 
 	baseCtx    context.Context // cancelled by Shutdown to end Handlers
 	cancelBase context.CancelFunc
@@ -71,7 +71,7 @@ func NewWebSocket(cfg WebSocketConfig, h Handler, logger *slog.Logger, m *Metric
 		allowed: NewOrigins(cfg.AllowedOrigins),
 		conns:   make(map[*wsConn]struct{}),
 	}
-	s.wpool.New = func() any { b := make([]byte, 0, cfg.WriteBufferSize); return &b }
+	s.wbufs = newBufList(cfg.WriteBufferSize)
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: cfg.HandshakeTimeout,
@@ -240,7 +240,7 @@ type wsConn struct {
 	// Write side. The session writer (WriteReliable, Flush), the reader
 	// (pong replies, keepalive pings) and Close take wmu to write.
 	wmu      sync.Mutex
-	wbuf     *[]byte   // guarded by wmu: pooled; nil while nothing is buffered
+	wbuf     *[]byte   // guarded by wmu: from s.wbufs; nil while nothing is buffered
 	wdl      time.Time // guarded by wmu: the write deadline set on nc
 	werr     error     // guarded by wmu: the first write error; nothing more is written
 	batching bool      // guarded by wmu: Flush was called, so WriteReliable only buffers
@@ -555,25 +555,21 @@ func (c *wsConn) control(op byte, p []byte) error {
 	return nil
 }
 
-// buffer is the pending write buffer, taken from the pool if there is none.
-// Called with wmu held.
+// buffer is the pending write buffer, taken from the free list if there is
+// none. Called with wmu held.
 func (c *wsConn) buffer() *[]byte {
 	if c.wbuf == nil {
-		c.wbuf = c.s.wpool.Get().(*[]byte)
-		*c.wbuf = (*c.wbuf)[:0]
+		c.wbuf = c.s.wbufs.get()
 	}
 	return c.wbuf
 }
 
-// release returns the write buffer to the pool. Called with wmu held.
+// release gives the write buffer back. Called with wmu held.
 func (c *wsConn) release() {
-	if c.wbuf == nil {
-		return
+	if c.wbuf != nil {
+		c.s.wbufs.put(c.wbuf)
+		c.wbuf = nil
 	}
-	if cap(*c.wbuf) <= 2*wsMaxBatch {
-		c.s.wpool.Put(c.wbuf)
-	}
-	c.wbuf = nil
 }
 
 // writeLocked writes everything buffered in one write. Called with wmu held.

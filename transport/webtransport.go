@@ -33,9 +33,9 @@ type WebTransport struct {
 	h   Handler            // immutable after New
 	log *slog.Logger       // immutable after New
 	km  *kindMetrics       // immutable after New
-	// wpool holds *[]byte write buffers, taken only while a session has
-	// frames buffered.
-	wpool sync.Pool
+	// wbufs holds write buffers, taken only while a session has frames
+	// buffered.
+	wbufs *bufList
 
 	baseCtx    context.Context // cancelled by Shutdown to end Handlers
 	cancelBase context.CancelFunc
@@ -69,7 +69,7 @@ func NewWebTransport(cfg WebTransportConfig, h Handler, logger *slog.Logger, m *
 		conns:   make(map[*wtConn]struct{}),
 		stopped: make(chan struct{}),
 	}
-	t.wpool.New = func() any { b := make([]byte, 0, 4<<10); return &b }
+	t.wbufs = newBufList(4 << 10)
 	t.baseCtx, t.cancelBase = context.WithCancel(context.Background())
 	return t, nil
 }
@@ -340,7 +340,7 @@ type wtConn struct {
 
 	// Write side: the session writer and Close take wmu to write.
 	wmu      sync.Mutex
-	wbuf     *[]byte   // guarded by wmu: pooled; nil while nothing is buffered
+	wbuf     *[]byte   // guarded by wmu: from t.wbufs; nil while nothing is buffered
 	wdl      time.Time // guarded by wmu: the write deadline set on str
 	werr     error     // guarded by wmu: the first write error
 	batching bool      // guarded by wmu: Flush was called, so WriteReliable only buffers
@@ -349,18 +349,21 @@ type wtConn struct {
 	sending  bool           // guarded by sendMu: a sender goroutine is running
 	finished bool           // guarded by sendMu: no sender may start any more
 	sbuf     []byte         // owned by the running sender
+	sendFn   func()         // immutable: c.send, bound once
 	wg       sync.WaitGroup // the receiver and the sender
 }
 
 var _ Conn = (*wtConn)(nil)
 
 func newWTConn(t *WebTransport, sess *webtransport.Session, str *webtransport.Stream) *wtConn {
-	return &wtConn{
+	c := &wtConn{
 		t: t, sess: sess, str: str, ending: newEnding(),
 		rbuf: make([]byte, wtReadBuffer),
 		in:   newLatest(t.cfg.InboundQueue),
 		out:  newLatest(t.cfg.DatagramQueue),
 	}
+	c.sendFn = c.send
+	return c
 }
 
 // start runs the datagram receiver.
@@ -559,25 +562,21 @@ func (c *wtConn) readMore(ctx context.Context) error {
 	}
 }
 
-// buffer is the pending write buffer, from the pool if there is none.
+// buffer is the pending write buffer, from the free list if there is none.
 // Called with wmu held.
 func (c *wtConn) buffer() *[]byte {
 	if c.wbuf == nil {
-		c.wbuf = c.t.wpool.Get().(*[]byte)
-		*c.wbuf = (*c.wbuf)[:0]
+		c.wbuf = c.t.wbufs.get()
 	}
 	return c.wbuf
 }
 
-// release returns the write buffer to the pool. Called with wmu held.
+// release gives the write buffer back. Called with wmu held.
 func (c *wtConn) release() {
-	if c.wbuf == nil {
-		return
+	if c.wbuf != nil {
+		c.t.wbufs.put(c.wbuf)
+		c.wbuf = nil
 	}
-	if cap(*c.wbuf) <= 2*wsMaxBatch {
-		c.t.wpool.Put(c.wbuf)
-	}
-	c.wbuf = nil
 }
 
 // writeLocked writes everything buffered in one stream write (quic-go
@@ -672,7 +671,7 @@ func (c *wtConn) WriteUnreliable(msg []byte) error {
 	if !c.sending && !c.finished {
 		c.sending = true
 		c.wg.Add(1)
-		go c.send()
+		go c.sendFn() // a func value made once: no closure allocated per burst
 	}
 	c.sendMu.Unlock()
 	return nil
