@@ -157,7 +157,7 @@ func TestGoroutinesPerConnection(t *testing.T) {
 	} {
 		t.Run(string(tc.kind), func(t *testing.T) {
 			leakCheck(t)
-			url, cert, active := startForClients(t, tc.kind)
+			url, cert, active := startForClients(t, tc.kind, sessionLike)
 			base := takeCensus()
 			stop := runClients(t, tc.kind, url, cert, n)
 			waitFor(t, "every session to be up", func() bool { return active() == n })
@@ -198,19 +198,19 @@ func settledCensus(t *testing.T) goroutineCensus {
 	return got
 }
 
-// startForClients serves kind with sessionLike on loopback and returns the
+// startForClients serves kind with h on loopback and returns the
 // URL a client dials, the server certificate (DER, WebTransport only) and
 // the active-connection gauge.
-func startForClients(t *testing.T, kind Kind) (string, []byte, func() int) {
+func startForClients(t testing.TB, kind Kind, h Handler) (string, []byte, func() int) {
 	t.Helper()
 	switch kind {
 	case KindWebSocket:
-		_, m, url := startWS(t, DefaultWebSocketConfig(), sessionLike)
+		_, m, url := startWS(t, DefaultWebSocketConfig(), h)
 		return url, nil, func() int { return int(counter(m, "active", "websocket")) }
 	case KindWebTransport:
 		serverTLS, _, _ := testTLS(t)
 		m, _ := testMetrics()
-		wt, err := NewWebTransport(DefaultWebTransportConfig(), sessionLike, nil, m)
+		wt, err := NewWebTransport(DefaultWebTransportConfig(), h, nil, m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +231,7 @@ func startForClients(t *testing.T, kind Kind) (string, []byte, func() int) {
 		return "https://" + pconn.LocalAddr().String() + PathWebTransport, serverTLS.Certificates[0].Leaf.Raw,
 			func() int { return int(counter(m, "active", "webtransport")) }
 	default:
-		_, m, url := startRTC(t, DefaultWebRTCConfig(), sessionLike)
+		_, m, url := startRTC(t, DefaultWebRTCConfig(), h)
 		return url, nil, func() int { return int(counter(m, "active", "webrtc")) }
 	}
 }
@@ -240,7 +240,7 @@ func startForClients(t *testing.T, kind Kind) (string, []byte, func() int) {
 // TestTransportClientProcess) holding n connections of kind, each of which
 // has exchanged a message on every lane; it returns once they are up. stop
 // ends the child.
-func runClients(t *testing.T, kind Kind, url string, cert []byte, n int) (stop func()) {
+func runClients(t testing.TB, kind Kind, url string, cert []byte, n int) (stop func()) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTransportClientProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "EGBE_TRANSPORT_CLIENT="+string(kind), "EGBE_TRANSPORT_URL="+url,

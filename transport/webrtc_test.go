@@ -22,7 +22,7 @@ import (
 	"github.com/oshun/egbe-edge/internal/iceport"
 )
 
-func startRTC(t *testing.T, cfg WebRTCConfig, h Handler) (*WebRTC, *Metrics, string) {
+func startRTC(t testing.TB, cfg WebRTCConfig, h Handler) (*WebRTC, *Metrics, string) {
 	t.Helper()
 	port, err := iceport.Listen(iceport.Config{Listen: "127.0.0.1:0"})
 	if err != nil {
@@ -53,7 +53,7 @@ type rtcClient struct {
 	relUp, unrlUp chan struct{}
 }
 
-func newRTCClient(t *testing.T) *rtcClient {
+func newRTCClient(t testing.TB) *rtcClient {
 	t.Helper()
 	var se webrtc.SettingEngine
 	se.SetIncludeLoopbackCandidate(true)
@@ -85,7 +85,7 @@ func newRTCClient(t *testing.T) *rtcClient {
 }
 
 // offer returns the complete (gathered) offer SDP.
-func (c *rtcClient) offer(t *testing.T) string {
+func (c *rtcClient) offer(t testing.TB) string {
 	t.Helper()
 	o, err := c.pc.CreateOffer(nil)
 	if err != nil {
@@ -99,7 +99,7 @@ func (c *rtcClient) offer(t *testing.T) string {
 	return c.pc.LocalDescription().SDP
 }
 
-func postOffer(t *testing.T, url, contentType, body string) (*http.Response, string) {
+func postOffer(t testing.TB, url, contentType, body string) (*http.Response, string) {
 	t.Helper()
 	resp, err := http.Post(url+PathWebRTC, contentType, strings.NewReader(body))
 	if err != nil {
@@ -110,7 +110,7 @@ func postOffer(t *testing.T, url, contentType, body string) (*http.Response, str
 	return resp, string(b)
 }
 
-func (c *rtcClient) connect(t *testing.T, url, contentType string) {
+func (c *rtcClient) connect(t testing.TB, url, contentType string) {
 	t.Helper()
 	body := c.offer(t)
 	if contentType == "application/json" {

@@ -149,9 +149,10 @@ func (s *WebSocket) serveConn(nc net.Conn, subprotocol string) {
 	s.mu.Unlock()
 	s.km.open()
 
-	ctx, cancel := context.WithCancel(s.baseCtx)
-	s.h(ctx, c)
-	cancel()
+	// The Handler gets the transport's own context, not one of its own:
+	// nothing but Shutdown cancels a connection's context, and an idle
+	// connection is the cheaper by it.
+	s.h(s.baseCtx, c)
 	c.Close(wsCloseNormal, "")
 	c.finish()
 

@@ -24,12 +24,12 @@ import (
 )
 
 // startWT serves WebTransport (and a /hello HTTP/3 route) on 127.0.0.1:0.
-func startWT(t *testing.T, h Handler) (*WebTransport, *Metrics, string, *tls.Config) {
+func startWT(t testing.TB, h Handler) (*WebTransport, *Metrics, string, *tls.Config) {
 	t.Helper()
 	return startWTConfig(t, DefaultWebTransportConfig(), h)
 }
 
-func startWTConfig(t *testing.T, cfg WebTransportConfig, h Handler) (*WebTransport, *Metrics, string, *tls.Config) {
+func startWTConfig(t testing.TB, cfg WebTransportConfig, h Handler) (*WebTransport, *Metrics, string, *tls.Config) {
 	t.Helper()
 	serverTLS, clientTLS, _ := testTLS(t)
 	m, _ := testMetrics()
@@ -62,7 +62,7 @@ func startWTConfig(t *testing.T, cfg WebTransportConfig, h Handler) (*WebTranspo
 	return wt, m, "https://" + pconn.LocalAddr().String(), clientTLS
 }
 
-func dialWT(t *testing.T, base string, clientTLS *tls.Config) *webtransport.Session {
+func dialWT(t testing.TB, base string, clientTLS *tls.Config) *webtransport.Session {
 	t.Helper()
 	tr := &webtransport.Transport{
 		TLSClientConfig: clientTLS,
