@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/pion/webrtc/v4"
@@ -479,8 +480,15 @@ func BenchmarkIdleConnection(b *testing.B) {
 			b.ReportMetric(float64(after-before)/float64(b.N), "heap-B/conn")
 			b.ReportMetric(float64(g1-g0)/float64(b.N), "goroutines/conn")
 			stop()
-			// The next measurement starts once these connections are gone.
-			waitFor(b, "every connection closed", func() bool { return active() == 0 })
+			// The next measurement starts once these connections and
+			// their goroutines are gone.
+			deadline := time.Now().Add(time.Minute)
+			for active() != 0 || runtime.NumGoroutine() > g0 {
+				if time.Now().After(deadline) {
+					b.Fatalf("%d connections, %d goroutines (%d before) a minute after the clients left", active(), runtime.NumGoroutine(), g0)
+				}
+				time.Sleep(50 * time.Millisecond) // poll interval
+			}
 		})
 	}
 }

@@ -294,6 +294,14 @@ func TestTransportClientProcess(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("EGBE_TRANSPORT_N"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// closers end every connection cleanly once stdin closes, so the
+	// server sees each one end now rather than after an idle timeout.
+	var closers []func()
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
 	for i := range n {
 		msg := fmt.Appendf(nil, "hello %d", i)
 		switch kind {
@@ -302,7 +310,10 @@ func TestTransportClientProcess(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer conn.Close()
+			closers = append(closers, func() {
+				_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+				conn.Close()
+			})
 			if err := conn.WriteMessage(websocket.BinaryMessage, msg); err != nil {
 				t.Fatal(err)
 			}
@@ -319,12 +330,18 @@ func TestTransportClientProcess(t *testing.T) {
 			pool.AddCert(cert)
 			d := &webtransport.Transport{TLSClientConfig: &tls.Config{RootCAs: pool},
 				QUICConfig: &quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true}}
-			defer d.Close()
 			_, sess, err := d.Dial(ctx, url, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer sess.CloseWithError(0, "")
+			closers = append(closers, func() {
+				_ = sess.CloseWithError(0, "")
+				select {
+				case <-sess.Context().Done():
+				case <-time.After(5 * time.Second):
+				}
+				d.Close()
+			})
 			str, err := sess.OpenStreamSync(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -349,6 +366,7 @@ func TestTransportClientProcess(t *testing.T) {
 		default:
 			c := newRTCClient(t)
 			c.connect(t, url, "application/sdp")
+			closers = append(closers, func() { _ = c.pc.Close() })
 			if err := c.rel.Send(msg); err != nil {
 				t.Fatal(err)
 			}

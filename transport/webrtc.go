@@ -81,10 +81,12 @@ func NewWebRTC(cfg WebRTCConfig, port *iceport.Port, h Handler, logger *slog.Log
 	// pion read loop (and its 64 KiB buffer) per channel, no copy per
 	// message into a callback.
 	se.DetachDataChannels()
+	logger = logger.With("component", "transport", "transport", string(KindWebRTC))
+	se.LoggerFactory = newPionLogs(logger)
 	w := &WebRTC{
 		cfg: cfg,
 		h:   h,
-		log: logger.With("component", "transport", "transport", string(KindWebRTC)),
+		log: logger,
 		km:  m.forKind(KindWebRTC),
 		// Data channels only: no codecs, and an empty interceptor registry
 		// (pion's default NACK, RTCP report and TWCC interceptors, with
@@ -351,10 +353,14 @@ func (w *WebRTC) Shutdown(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// rtcReadBuffer is each peer's reliable-channel read buffer, kept for the
-// peer's life; a larger message is read into a MaxMessageSize buffer kept
-// only until the next Read.
-const rtcReadBuffer = 2 << 10
+// rtcReadBuffer is each channel reader's buffer, kept for the peer's life.
+// A larger message is read again into an rtcMidBuffer (allocated when
+// first needed, then kept), and one larger still into a MaxMessageSize
+// buffer kept only until the next Read.
+const (
+	rtcReadBuffer = 1 << 10
+	rtcMidBuffer  = 4 << 10
+)
 
 // rtcConn is one WebRTC peer.
 //
@@ -384,7 +390,8 @@ type rtcConn struct {
 
 	// Read side, owned by the Read caller.
 	rbuf    []byte // rtcReadBuffer bytes
-	big     []byte // a message larger than rbuf; dropped at the next Read
+	mid     []byte // rtcMidBuffer bytes, once a message needed it
+	big     []byte // a message larger than mid; dropped at the next Read
 	dg      []byte // the unreliable message last returned
 	readCtx context.Context
 	stopCtx func() bool
@@ -486,13 +493,21 @@ func (c *rtcConn) startReceiver(raw datachannel.ReadWriteCloser) bool {
 // message for Read (dropping the oldest when Read is behind).
 func (c *rtcConn) receive(raw datachannel.ReadWriteCloser) {
 	small := make([]byte, rtcReadBuffer)
+	var mid []byte
 	buf := small
 	for {
 		n, _, err := raw.ReadDataChannel(buf)
 		if errors.Is(err, io.ErrShortBuffer) {
 			// The message stays queued in SCTP: read it again into a
-			// buffer of the largest allowed size.
-			if len(buf) < codec.MaxMessageSize {
+			// larger buffer (kept), then one of the largest allowed size.
+			switch {
+			case len(buf) < rtcMidBuffer:
+				if mid == nil {
+					mid = make([]byte, rtcMidBuffer)
+				}
+				buf = mid
+				continue
+			case len(buf) < codec.MaxMessageSize:
 				buf = make([]byte, codec.MaxMessageSize)
 				continue
 			}
@@ -664,8 +679,15 @@ func (c *rtcConn) Read(ctx context.Context) (Message, error) {
 		n, _, err := c.relRaw.ReadDataChannel(buf)
 		if errors.Is(err, io.ErrShortBuffer) {
 			// The message stays queued in SCTP: read it again into a
-			// buffer of the largest allowed size; if even that is short,
-			// the message is over the limit.
+			// larger buffer, then one of the largest allowed size; if
+			// even that is short, the message is over the limit.
+			if c.mid == nil {
+				c.mid = make([]byte, rtcMidBuffer)
+			}
+			buf = c.mid
+			n, _, err = c.relRaw.ReadDataChannel(buf)
+		}
+		if errors.Is(err, io.ErrShortBuffer) {
 			c.big = make([]byte, codec.MaxMessageSize)
 			buf = c.big
 			n, _, err = c.relRaw.ReadDataChannel(buf)
