@@ -203,14 +203,6 @@ const (
 	wsKeepMsg = 4 << 10
 )
 
-// Read-side sentinels (never returned from Read as is).
-var (
-	errReadCancelled = errors.New("transport: read cancelled by its context")
-	errKeepalive     = errors.New("transport: peer silent past the keepalive")
-	errCloseGrace    = errors.New("transport: no close reply within the grace period")
-	errPeerClosed    = errors.New("transport: peer closed")
-)
-
 // wsConn is one WebSocket connection.
 type wsConn struct {
 	s   *WebSocket // immutable

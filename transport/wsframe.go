@@ -2,7 +2,6 @@ package transport
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"unicode/utf8"
 )
@@ -45,10 +44,6 @@ const (
 	wsCloseNoStatus   = 1005 // never on the wire: an empty close body
 	wsCloseInvalidUTF = 1007
 )
-
-// errWSProtocol: the peer broke RFC 6455; the connection is closed with
-// the wsProtoError's code.
-var errWSProtocol = errors.New("transport: websocket protocol error")
 
 // wsProtoError is a protocol violation and the close code that answers it.
 type wsProtoError struct {
