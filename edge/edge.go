@@ -87,6 +87,32 @@ type Edge struct {
 	// New (the dev shard) run under it.
 	lifetime context.Context
 	endLife  context.CancelFunc
+	// publicTimeouts and adminTimeouts bound the net/http servers of the
+	// public ports (HTTP, HTTPS, the Epic ports) and of the admin port.
+	// Immutable after New (tests shorten them before Run).
+	publicTimeouts, adminTimeouts httpTimeouts
+}
+
+// httpTimeouts are one net/http server's timeouts.
+type httpTimeouts struct {
+	// readHeader bounds reading a request's headers; read bounds the whole
+	// request, body included (a WebSocket upgrade clears the deadline when
+	// it takes the connection over, so it never cuts a live socket); idle
+	// closes a keep-alive connection that sends no next request.
+	readHeader, read, idle time.Duration
+}
+
+// Server timeouts. The public servers bound bodies to 30 s: their handlers
+// all answer within seconds, and a slow body must not hold a connection
+// and a goroutine forever. The admin server has no whole-request bound:
+// net/http cancels a request's context when that deadline passes, and
+// /debug/pprof/profile and /trace legitimately run for their ?seconds.
+func defaultPublicTimeouts() httpTimeouts {
+	return httpTimeouts{readHeader: 10 * time.Second, read: 30 * time.Second, idle: 60 * time.Second}
+}
+
+func defaultAdminTimeouts() httpTimeouts {
+	return httpTimeouts{readHeader: 10 * time.Second, idle: 60 * time.Second}
 }
 
 // Addrs are the bound addresses of an Edge's listeners.
@@ -103,7 +129,8 @@ func New(cfg Config, log *slog.Logger) (e *Edge, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	e = &Edge{cfg: cfg, base: log, log: log.With("component", "edge"), reg: prometheus.NewRegistry()}
+	e = &Edge{cfg: cfg, base: log, log: log.With("component", "edge"), reg: prometheus.NewRegistry(),
+		publicTimeouts: defaultPublicTimeouts(), adminTimeouts: defaultAdminTimeouts()}
 	e.lifetime, e.endLife = context.WithCancel(context.Background())
 	e.edgeID = newEdgeID()
 	built := e // the error returns below set e to nil before the closers run
@@ -318,7 +345,12 @@ func (e *Edge) Run(ctx context.Context) error {
 		if ln == nil {
 			return
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(e.log.Handler(), slog.LevelDebug)}
+		to := e.publicTimeouts
+		if ln == e.adminLn {
+			to = e.adminTimeouts
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: to.readHeader, ReadTimeout: to.read, IdleTimeout: to.idle,
+			ErrorLog: slog.NewLogLogger(e.log.Handler(), slog.LevelDebug)}
 		servers = append(servers, srv)
 		g.Go(func() error {
 			var err error
