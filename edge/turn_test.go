@@ -173,14 +173,7 @@ func TestEdgeTURN(t *testing.T) {
 // TestEdgeTURNProdRefusesLoopback: in prod mode a relay to a loopback
 // peer is refused and counted.
 func TestEdgeTURNProdRefusesLoopback(t *testing.T) {
-	te := startEdge(t, func(c *Config) {
-		c.Mode = ModeProd
-		c.JWTSecret = strings.Repeat("k", 32)
-		c.TURNSecret = strings.Repeat("t", 32)
-		c.DevShard = false
-		c.PxstreamAuth = "token"
-		c.TLSCert, c.TLSKey = writeTestCert(t)
-	})
+	te := startProdEdge(t, nil)
 	s := te.iceServers("alice", time.Hour, "127.0.0.1").ICEServers[0]
 	relay, err := turnAllocate(t, s.URLs[0], s.Username, s.Credential)
 	if err != nil {
