@@ -92,15 +92,39 @@ const maxRadius = 1 << 31
 // Project does not allocate when cap(dst) >= MaxAgents+MaxPlayers (after
 // clamping); dst must not alias w.Entities.
 func Project(dst []Entity, w *World, win Window) []Entity {
+	var q query
+	dst, ok := q.start(dst, w, win)
+	if !ok {
+		return dst
+	}
+	q.sl.scan(w.Entities, q.ox, q.oy, q.r, q.r2)
+	return q.finish(dst, w)
+}
+
+// query is one window query in progress: Project's state on the stack,
+// shared with Index.Project (which only scans fewer entities).
+type query struct {
+	sl         selector
+	r, r2      uint64
+	ox, oy     int64
+	focusIdx   int
+	hasFocus   bool
+	need       int
+	focusEntry Entity
+}
+
+// start clamps the caps, sizes dst and takes the focused entity's slot.
+// It reports false when there is nothing to select (dst is then empty).
+func (q *query) start(dst []Entity, w *World, win Window) ([]Entity, bool) {
 	maxA := clampInt(win.MaxAgents, GroundVisibleAgentCap)
 	maxP := clampInt(win.MaxPlayers, GroundVisiblePlayerCap)
-	need := maxA + maxP
-	if cap(dst) < need {
-		dst = make([]Entity, 0, need)
+	q.need = maxA + maxP
+	if cap(dst) < q.need {
+		dst = make([]Entity, 0, q.need)
 	}
 	dst = dst[:0]
-	if w == nil || need == 0 {
-		return dst
+	if w == nil || q.need == 0 {
+		return dst, false
 	}
 	r := uint64(win.RadiusMM)
 	if r == 0 {
@@ -109,35 +133,36 @@ func Project(dst []Entity, w *World, win Window) []Entity {
 	if r > maxRadius {
 		r = maxRadius
 	}
-	r2 := r * r
-	ox, oy := int64(win.X), int64(win.Y)
+	q.r, q.r2 = r, r*r
+	q.ox, q.oy = int64(win.X), int64(win.Y)
 
 	// The focused entity takes a slot of its kind, if it is there at all.
-	var focus Entity
-	focusIdx, hasFocus := 0, false
 	if win.FocusID != 0 && win.FocusID != win.SelfID {
 		if i, ok := findEntity(w.Entities, win.FocusID); ok {
-			focus, focusIdx = w.Entities[i], i
+			q.focusEntry, q.focusIdx = w.Entities[i], i
 			switch {
-			case focus.IsPlayer() && maxP > 0:
+			case q.focusEntry.IsPlayer() && maxP > 0:
 				maxP--
-				hasFocus = true
-			case !focus.IsPlayer() && maxA > 0:
+				q.hasFocus = true
+			case !q.focusEntry.IsPlayer() && maxA > 0:
 				maxA--
-				hasFocus = true
+				q.hasFocus = true
 			}
 		}
 	}
-
 	// Select with two bounded max-heaps of small keys (the worst kept
 	// candidate at the root) in fixed arrays on the stack, then emit the
 	// winners in w.Entities order, which is ID order.
-	sl := selector{capA: maxA, capP: maxP, selfID: win.SelfID, focusID: win.FocusID}
-	if !hasFocus {
-		sl.focusID = 0
+	q.sl.capA, q.sl.capP, q.sl.selfID, q.sl.focusID = maxA, maxP, win.SelfID, win.FocusID
+	if !q.hasFocus {
+		q.sl.focusID = 0
 	}
-	sl.scan(w.Entities, ox, oy, r, r2)
-	ah, ph := sl.a[:sl.na], sl.p[:sl.np]
+	return dst, true
+}
+
+// finish emits the selected entities (and the focus) in ID order.
+func (q *query) finish(dst []Entity, w *World) []Entity {
+	ah, ph := q.sl.a[:q.sl.na], q.sl.p[:q.sl.np]
 	var idx [GroundVisibleAgentCap + GroundVisiblePlayerCap]int32
 	n := 0
 	for _, c := range ah {
@@ -148,8 +173,8 @@ func Project(dst []Entity, w *World, win Window) []Entity {
 		idx[n] = c.idx
 		n++
 	}
-	if hasFocus {
-		idx[n] = int32(focusIdx)
+	if q.hasFocus {
+		idx[n] = int32(q.focusIdx)
 		n++
 	}
 	sel := idx[:n]

@@ -257,7 +257,7 @@ func (g *Gateway) SendVoiceEvent(sessionID string, ev *codec.VoiceEvent) bool {
 	if s == nil || !s.voice {
 		return false
 	}
-	return s.tryEnqueue(&codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Voice{Voice: ev}}, dropVoiceQueue)
+	return s.tryEnqueue(outItem{kind: outEnv, env: &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Voice{Voice: ev}}}, dropVoiceQueue)
 }
 
 // Drain turns readiness off, then sends every session Drain{reconnect_after_ms,

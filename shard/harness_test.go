@@ -32,6 +32,10 @@ type memConn struct {
 	done      chan struct{}
 	closeOnce sync.Once
 	code      atomic.Uint32
+
+	// Reliable writes are delivered only by Flush (the batched-write
+	// contract): a writer that forgets to flush is caught by every test.
+	pending [][]byte // owned by the writer
 }
 
 var errMemClosed = errors.New("memconn: closed")
@@ -61,18 +65,39 @@ func (c *memConn) Read(ctx context.Context) ([]byte, bool, error) {
 	}
 }
 
-func (c *memConn) Flush(context.Context) error { return nil }
+// Flush delivers what WriteReliable buffered, blocking while the client
+// does not read (backpressure).
+func (c *memConn) Flush(ctx context.Context) error {
+	for len(c.pending) > 0 {
+		select {
+		case c.out <- c.pending[0]:
+			c.pending[0] = nil
+			c.pending = c.pending[1:]
+		case <-c.done:
+			return errMemClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
 
+// WriteReliable buffers a copy of msg; a full buffer (as many messages as
+// the client's channel holds) is flushed first, as a transport's buffered
+// writer would.
 func (c *memConn) WriteReliable(ctx context.Context, msg []byte) error {
-	b := append([]byte(nil), msg...)
 	select {
-	case c.out <- b:
-		return nil
 	case <-c.done:
 		return errMemClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	default:
 	}
+	if len(c.pending) >= cap(c.out) {
+		if err := c.Flush(ctx); err != nil {
+			return err
+		}
+	}
+	c.pending = append(c.pending, append([]byte(nil), msg...))
+	return nil
 }
 
 func (c *memConn) WriteUnreliable(msg []byte) error {

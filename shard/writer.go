@@ -1,6 +1,9 @@
 package shard
 
 import (
+	"slices"
+	"time"
+
 	"github.com/oshun/egbe-edge/codec"
 )
 
@@ -8,56 +11,132 @@ import (
 // egbe_shard_replication_full_equivalent_bytes_total.
 const fullEquivSample = 8
 
-// writeLoop is the only writer of the client's reliable lane (and the
-// sender of its unreliable one): control messages first, then the latest
-// snapshot, projected for this client.
+// resendUnacked is how often an unchanged projection sent on the
+// unreliable lane and not acknowledged is sent again: the repair for a
+// lost datagram while the world stands still, and the most an idle client
+// that never acks is sent (a keepalive of at most 1 Hz).
+const resendUnacked = time.Second
+
+// writeLoop is the only writer of the client (both lanes), in the shape of
+// DERP's sendLoop: woken when anything is queued, it writes everything —
+// control messages first, then the newest action ack, then the newest
+// state projected for this client — and flushes once when nothing is left,
+// so a burst leaves in one syscall when the transport batches.
 func (s *session) writeLoop() {
 	for {
 		select {
-		case env := <-s.ctrl:
-			if !s.writeEnv(env) {
-				return
-			}
-			continue
-		default:
-		}
-		select {
-		case env := <-s.ctrl:
-			if !s.writeEnv(env) {
-				return
-			}
-		case <-s.snapNotify:
-			if !s.sendSnapshot() {
-				return
-			}
+		case <-s.notify:
 		case <-s.ctx.Done():
-			s.flush()
+			s.flushFinal()
+			return
+		}
+		if !s.writeAll() {
+			return
+		}
+		if !s.flush() {
 			return
 		}
 	}
 }
 
-// flush writes what is queued and the final message, within the grace
-// period.
-func (s *session) flush() {
-	for {
-		select {
-		case env := <-s.ctrl:
-			if !s.writeEnv(env) {
-				return
-			}
-			continue
-		default:
-		}
-		break
+// flush hands what the reliable lane buffered to the network.
+func (s *session) flush() bool {
+	if !s.unflushed {
+		return true
 	}
-	if final := s.stopCause().final; final != nil {
-		s.writeEnv(final)
+	s.unflushed = false
+	if err := s.c.Flush(s.wctx); err != nil {
+		s.stop(stopCause{})
+		return false
 	}
+	return true
 }
 
-func (s *session) writeEnv(env *codec.ServerEnvelope) bool {
-	b, err := codec.EncodeServer(s.buf[:0], env, s.json)
+// writeAll writes what is queued until nothing is.
+func (s *session) writeAll() bool {
+	for s.ctx.Err() == nil {
+		did, ok := s.writeControl()
+		if !ok {
+			return false
+		}
+		if sn := s.takeSnap(); sn != nil {
+			did = true
+			ok := s.sendState(sn)
+			sn.release()
+			if !ok {
+				return false
+			}
+		}
+		if !did {
+			return true
+		}
+	}
+	return true
+}
+
+// writeControl writes the queued reliable messages and the newest action
+// ack.
+func (s *session) writeControl() (did, ok bool) {
+	for {
+		it, more := s.ctrl.pop()
+		if !more {
+			break
+		}
+		did = true
+		if !s.writeItem(it) {
+			return did, false
+		}
+	}
+	if a := s.actionAck.Load(); a > s.sentAck {
+		s.sentAck, did = a, true
+		s.g.m.downAck.Inc()
+		if !s.writeItem(outItem{kind: outAck, a: a}) {
+			return did, false
+		}
+	}
+	return did, true
+}
+
+// flushFinal writes what is queued and the final message, within the
+// grace period, and flushes.
+func (s *session) flushFinal() {
+	if _, ok := s.writeControl(); !ok {
+		return
+	}
+	if final := s.stopCause().final; final != nil {
+		if !s.writeItem(outItem{kind: outEnv, env: final}) {
+			return
+		}
+	}
+	s.flush()
+}
+
+// writeItem encodes and writes one reliable message.
+func (s *session) writeItem(it outItem) bool {
+	b := s.buf[:0]
+	var err error
+	switch it.kind {
+	case outPong:
+		if s.json {
+			b, err = codec.EncodeServer(b, &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Pong{Pong: &codec.Pong{ClientTimeMs: it.a, ServerTimeMs: it.b}}}, true)
+		} else {
+			b = codec.AppendPongEnvelope(b, it.a, it.b)
+		}
+	case outAck:
+		if s.json {
+			b, err = codec.EncodeServer(b, &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_ActionAck{ActionAck: &codec.ActionAck{ActionId: it.a}}}, true)
+		} else {
+			b = codec.AppendActionAckEnvelope(b, it.a)
+		}
+	case outRaw:
+		if s.json {
+			b, err = codec.EncodeServer(b, it.env, true)
+		} else {
+			b = append(b, it.raw...)
+		}
+	default:
+		b, err = codec.EncodeServer(b, it.env, s.json)
+	}
 	if err != nil {
 		s.g.m.drops.WithLabelValues(dropBadMessage).Inc()
 		return true
@@ -67,44 +146,100 @@ func (s *session) writeEnv(env *codec.ServerEnvelope) bool {
 		s.stop(stopCause{})
 		return false
 	}
+	s.unflushed = true
 	return true
 }
 
-// sendSnapshot projects the pending instance snapshot to this client's
-// window and sends it as a delta against the newest acknowledged projection
-// it still holds (or in full), if the budget allows.
-func (s *session) sendSnapshot() bool {
-	s.snapMu.Lock()
-	w := s.snapPending
-	s.snapPending = nil
-	s.snapMu.Unlock()
-	if w == nil {
-		return true
+// settle records that the client holds everything its window shows at
+// content version ver, unless the window moved meanwhile.
+func (s *session) settle(ver uint64) {
+	s.winMu.Lock()
+	if !s.winDirty {
+		s.settled.Store(ver)
 	}
+	s.winMu.Unlock()
+}
+
+// trimHistory forgets the sent states older than the acknowledged one:
+// acks only move forward, so they can never be a base again.
+func (s *session) trimHistory(acked uint64) {
+	k := 0
+	for k < len(s.hist) && s.hist[k].seq < acked {
+		k++
+	}
+	if k == 0 {
+		return
+	}
+	for i := range k {
+		s.free = append(s.free, s.hist[i].ents[:0])
+	}
+	n := copy(s.hist, s.hist[k:])
+	clear(s.hist[n:])
+	s.hist = s.hist[:n]
+}
+
+// remember records a sent projection as a possible delta base.
+func (s *session) remember(seq uint64, ents []codec.Entity, reliable bool) {
+	if len(s.hist) == historyLen {
+		s.free = append(s.free, s.hist[0].ents[:0])
+		n := copy(s.hist, s.hist[1:])
+		s.hist = s.hist[:n]
+	}
+	var arr []codec.Entity
+	if len(ents) > 0 {
+		if n := len(s.free); n > 0 {
+			arr, s.free = s.free[n-1], s.free[:n-1]
+		}
+		arr = append(arr[:0], ents...)
+	}
+	s.hist = append(s.hist, sentState{seq: seq, ents: arr, reliable: reliable, at: time.Now()})
+}
+
+// sendState projects sn to this client's window and sends it as a delta
+// against the newest state the client acknowledged (or in full) — unless
+// nothing changed: then nothing is sent.
+func (s *session) sendState(sn *sharedSnap) bool {
 	s.winMu.Lock()
 	win := s.win
+	s.winDirty = false
 	s.winMu.Unlock()
 	m := s.g.m
-	s.cur = codec.Project(s.cur[:0], w, win)
+	w := &sn.world
+	s.cur = sn.index.Project(s.cur[:0], win)
 	m.projected.Inc()
 
-	var base *sent
-	if s.deltas {
-		if a := s.acked.Load(); a != 0 {
-			for i := range s.hist {
-				if h := &s.hist[i]; h.seq == a {
-					base = h
-					break
-				}
+	acked := s.acked.Load()
+	s.trimHistory(acked)
+	var base *sentState
+	if len(s.hist) > 0 && s.hist[0].seq == acked {
+		base = &s.hist[0]
+	}
+	// Nothing changed since the state the client acknowledged, or since
+	// the one already on its way on the reliable lane: nothing to send.
+	if base != nil && slices.Equal(base.ents, s.cur) {
+		s.settle(sn.ver)
+		return true
+	}
+	if n := len(s.hist); n > 0 {
+		last := &s.hist[n-1]
+		if last.seq > acked && slices.Equal(last.ents, s.cur) {
+			if last.reliable {
+				s.settle(sn.ver)
+				return true
+			}
+			if time.Since(last.at) < resendUnacked {
+				return true // not settled: looked at again next tick
 			}
 		}
 	}
+	if !s.deltas {
+		base = nil
+	}
+
 	var b []byte
-	delta := false
 	if base != nil {
 		s.ups, s.rms = codec.Diff(s.ups[:0], s.rms[:0], base.ents, s.cur)
 		b = codec.AppendDeltaEnvelope(s.buf[:0], w.InstanceID, base.seq, w.Sequence, w.ServerTimeMs, s.ups, s.rms)
-		delta = true
 	} else {
 		b = codec.AppendSnapshotEnvelope(s.buf[:0], w.InstanceID, w.Sequence, w.ServerTimeMs, s.cur)
 	}
@@ -125,22 +260,28 @@ func (s *session) sendSnapshot() bool {
 		m.dropBudgetC.Inc()
 		return true
 	}
-	if delta {
+	if base != nil {
 		// What a full snapshot would have cost, sampled 1 in fullEquivSample
 		// deltas (sizing one costs a tenth of the send).
 		if s.deltaCount++; s.deltaCount%fullEquivSample == 0 {
 			m.fullEquiv.Add(float64(fullEquivSample * codec.SnapshotEnvelopeSize(w.InstanceID, w.Sequence, w.ServerTimeMs, s.cur)))
 		}
 	}
+	reliable := false
 	switch {
 	case s.unreliable && len(b) <= s.g.cfg.MaxDatagramBytes:
+		// What the reliable lane holds (the hello, at first) goes out
+		// ahead of the state: a client reads no state before its hello.
+		if !s.flush() {
+			return false
+		}
 		if err := s.c.WriteUnreliable(b); err != nil {
 			m.dropUnreliableC.Inc()
 			return true
 		}
 	default:
 		// No unreliable lane, or too big for one datagram (a full window
-		// snapshot can be): the reliable lane. The slot above keeps it
+		// snapshot can be): the reliable lane. The mailbox keeps it
 		// latest-wins either way.
 		if s.unreliable {
 			m.oversizeReliable.Inc()
@@ -149,16 +290,16 @@ func (s *session) sendSnapshot() bool {
 			s.stop(stopCause{})
 			return false
 		}
+		s.unflushed, reliable = true, true
 	}
-	if delta {
+	if base != nil {
 		m.bytesDelta.Add(float64(len(b)))
 	} else {
 		m.bytesFull.Add(float64(len(b)))
 	}
-	// Remember what was sent: it may become a delta base.
-	h := &s.hist[s.histPos]
-	s.histPos = (s.histPos + 1) % historyLen
-	h.seq = w.Sequence
-	h.ents = append(h.ents[:0], s.cur...)
+	s.remember(w.Sequence, s.cur, reliable)
+	if reliable {
+		s.settle(sn.ver)
+	}
 	return true
 }

@@ -250,7 +250,8 @@ func (s *Server) acceptLoop(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		l := &edgeLink{s: s, conn: conn, notify: make(chan struct{}, 1), subs: map[string]bool{}, snaps: map[string][]byte{}}
+		l := &edgeLink{s: s, conn: conn, notify: make(chan struct{}, 1), subs: map[string]bool{}, snaps: map[string][]byte{},
+			handles: map[uint32]*sessionState{}}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
