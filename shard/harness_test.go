@@ -146,6 +146,7 @@ type shardSpec struct {
 	id        string
 	instances []string
 	agents    int
+	still     bool // no bot players either: a world that stands still
 }
 
 func newTestEnv(t testing.TB, mut func(*Config), specs ...shardSpec) *testEnv {
@@ -159,7 +160,11 @@ func newTestEnv(t testing.TB, mut func(*Config), specs ...shardSpec) *testEnv {
 	cfg := DefaultConfig()
 	cfg.HandshakeTimeout = 5 * time.Second
 	for _, sp := range specs {
-		s, err := shardsim.Start(ctx, shardsim.Config{Listen: "127.0.0.1:0", ShardID: sp.id, Instances: sp.instances, Agents: sp.agents, Players: 2, Seed: 1})
+		players := 2
+		if sp.still {
+			players = 0
+		}
+		s, err := shardsim.Start(ctx, shardsim.Config{Listen: "127.0.0.1:0", ShardID: sp.id, Instances: sp.instances, Agents: sp.agents, Players: players, Seed: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
