@@ -19,7 +19,11 @@ type LeaseKeeper struct {
 	held map[*heldLease]struct{} // guarded by mu: the leases of live sessions
 }
 
-type heldLease struct{ req HandshakeRequest }
+// heldLease is what a refresh needs of a session: its holder id and keys.
+type heldLease struct {
+	holder string
+	keys   [2]string
+}
 
 // refreshTimeout bounds one lease refresh.
 const refreshTimeout = 5 * time.Second
@@ -37,7 +41,8 @@ func (k *LeaseKeeper) Admit(ctx context.Context, req HandshakeRequest) (release 
 	if err != nil {
 		return nil, err
 	}
-	hl := &heldLease{req: req}
+	lim := k.h.keys(req)
+	hl := &heldLease{holder: req.SessionID, keys: [2]string{lim[0].Key, lim[1].Key}}
 	k.mu.Lock()
 	k.held[hl] = struct{}{}
 	k.mu.Unlock()
@@ -89,7 +94,8 @@ func (k *LeaseKeeper) Run(ctx context.Context) error {
 				continue // released meanwhile
 			}
 			rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
-			_ = k.h.Refresh(rctx, hl.req)
+			// A failed refresh lets the lease lapse: fail-safe for the caps.
+			_ = k.h.leases.Refresh(rctx, hl.holder, hl.keys[:], ms(k.h.p.LeaseTTLMs), k.h.now())
 			cancel()
 		}
 		clear(batch)

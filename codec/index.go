@@ -1,5 +1,7 @@
 package codec
 
+import "math"
+
 // Index is a spatial index of one World: its entities bucketed into square
 // grid cells, built once per instance tick and shared by every client's
 // window query on that tick. Index.Project gives exactly Project's result
@@ -107,7 +109,10 @@ func (ix *Index) Project(dst []Entity, win Window) []Entity {
 	return q.finish(dst, ix.w)
 }
 
-// scan offers the entities of every cell the box [o-r, o+r]² overlaps.
+// scan offers the entities of the cells the window's circle reaches, rows
+// nearest the origin first: the heaps fill with near candidates early, and
+// their bound (selector.bound) then narrows each further row to the cells
+// that can still hold a winner, or skips it.
 func (ix *Index) scan(s *selector, ox, oy int64, r, r2 uint64) {
 	if ix.nx == 0 {
 		return
@@ -118,18 +123,63 @@ func (ix *Index) scan(s *selector, ox, oy int64, r, r2 uint64) {
 	}
 	cx0, cx1 := ix.cell(ox-ri, ix.minX, ix.nx), ix.cell(ox+ri, ix.minX, ix.nx)
 	cy0, cy1 := ix.cell(oy-ri, ix.minY, ix.ny), ix.cell(oy+ri, ix.minY, ix.ny)
+	mid := min(max(ix.cell(oy, ix.minY, ix.ny), cy0), cy1)
+	up, down := mid, mid-1 // next rows to scan in each direction
+	for up <= cy1 || down >= cy0 {
+		// Take the nearer of the two next rows.
+		var cy int
+		switch {
+		case up > cy1:
+			cy, down = down, down-1
+		case down < cy0:
+			cy, up = up, up+1
+		case ix.rowGap(up, oy) <= ix.rowGap(down, oy):
+			cy, up = up, up+1
+		default:
+			cy, down = down, down-1
+		}
+		lim := min(r2, s.bound)
+		gap := ix.rowGap(cy, oy)
+		if gap > r || gap*gap > lim {
+			// Rows only get farther in this direction: stop it.
+			if cy >= mid {
+				up = cy1 + 1
+			} else {
+				down = cy0 - 1
+			}
+			continue
+		}
+		hw := int64(math.Sqrt(float64(lim-gap*gap))) + 1 // +1: float rounding
+		xa, xb := max(ix.cell(ox-hw, ix.minX, ix.nx), cx0), min(ix.cell(ox+hw, ix.minX, ix.nx), cx1)
+		row := cy * ix.nx
+		ix.scanCells(s, ix.pts[ix.start[row+xa]:ix.start[row+xb+1]], ox, oy, r, r2)
+	}
+}
+
+// scanCells offers the points within r (and the bound) to s.
+func (ix *Index) scanCells(s *selector, pts []cellPt, ox, oy int64, r, r2 uint64) {
 	ents := ix.w.Entities
 	r1 := r + 1
-	for cy := cy0; cy <= cy1; cy++ {
-		row := cy * ix.nx
-		for _, p := range ix.pts[ix.start[row+cx0]:ix.start[row+cx1+1]] {
-			dx := min(absDiff(int64(p.x), ox), r1)
-			dy := min(absDiff(int64(p.y), oy), r1)
-			if d2 := dx*dx + dy*dy; d2 <= r2 {
-				s.hit(&ents[p.idx], int(p.idx), d2)
-			}
+	for _, p := range pts {
+		dx := min(absDiff(int64(p.x), ox), r1)
+		dy := min(absDiff(int64(p.y), oy), r1)
+		if d2 := dx*dx + dy*dy; d2 <= r2 && d2 <= s.bound {
+			s.hit(&ents[p.idx], int(p.idx), d2)
 		}
 	}
+}
+
+// rowGap is the distance along y from v to row cy's extent (0 inside it).
+func (ix *Index) rowGap(cy int, v int64) uint64 {
+	lo := ix.minY + int64(cy)<<ix.shift
+	hi := lo + int64(1)<<ix.shift - 1
+	switch {
+	case v < lo:
+		return uint64(lo - v)
+	case v > hi:
+		return uint64(v - hi)
+	}
+	return 0
 }
 
 // cell maps coordinate v to its cell along an axis of n cells from lo,

@@ -1,5 +1,7 @@
 package codec
 
+import "math"
+
 // Window is one client's interest window: an origin on the world plane, a
 // radius, and the caps on what it may see.
 type Window struct {
@@ -154,6 +156,7 @@ func (q *query) start(dst []Entity, w *World, win Window) ([]Entity, bool) {
 	// candidate at the root) in fixed arrays on the stack, then emit the
 	// winners in w.Entities order, which is ID order.
 	q.sl.capA, q.sl.capP, q.sl.selfID, q.sl.focusID = maxA, maxP, win.SelfID, win.FocusID
+	q.sl.bound = math.MaxUint64
 	if !q.hasFocus {
 		q.sl.focusID = 0
 	}
@@ -218,6 +221,11 @@ type selector struct {
 	capA, capP int
 	selfID     uint32 // 0 = none
 	focusID    uint32 // kept separately; 0 = none
+	// bound is the largest squared distance that can still be selected:
+	// once both heaps are full, the farther of their roots (an entity at
+	// exactly that distance may still win on salience or ID). Scans skip
+	// anything beyond it without a call.
+	bound uint64
 }
 
 // scan offers every entity within r of (ox, oy) to the heaps. The loop
@@ -231,7 +239,7 @@ func (s *selector) scan(ents []Entity, ox, oy int64, r, r2 uint64) {
 		// inside uint64 and still puts anything clamped outside.
 		dx := min(absDiff(int64(e.X), ox), r1)
 		dy := min(absDiff(int64(e.Y), oy), r1)
-		if d2 := dx*dx + dy*dy; d2 <= r2 {
+		if d2 := dx*dx + dy*dy; d2 <= r2 && d2 <= s.bound {
 			s.hit(e, i, d2)
 		}
 	}
@@ -247,6 +255,15 @@ func (s *selector) hit(e *Entity, i int, d2 uint64) {
 		s.np = offerCand(s.p[:s.np:s.capP], c)
 	} else {
 		s.na = offerCand(s.a[:s.na:s.capA], c)
+	}
+	if s.na == s.capA && s.np == s.capP {
+		s.bound = 0
+		if s.capA > 0 {
+			s.bound = s.a[0].d2
+		}
+		if s.capP > 0 {
+			s.bound = max(s.bound, s.p[0].d2)
+		}
 	}
 }
 

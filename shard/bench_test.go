@@ -70,10 +70,8 @@ func BenchmarkFanout(b *testing.B) {
 			for i := range sessions {
 				s := newSession(context.Background(), g, discardConn{}, nil, &codec.ClientHello{}, auth.Access{}, codec.Negotiation{Enabled: codec.ServerCapabilities})
 				s.win = codec.WindowFor(&codec.PresencePacket{Position: &codec.Vec3{XMm: int32(i*997%180_000 - 90_000), YMm: int32(i*1553%180_000 - 90_000)}}, 0, nil)
-				s.cur = make([]codec.Entity, 0, 64)
-				s.ups = make([]codec.Entity, 0, 64)
-				s.rms = make([]uint32, 0, 64)
 				s.buf = make([]byte, 0, 4096)
+				s.writerOn.Store(true) // the benchmark is the writer
 				sessions[i] = s
 			}
 			feed := &snapFeed{}

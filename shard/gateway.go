@@ -109,6 +109,8 @@ type Gateway struct {
 
 	draining atomic.Bool
 
+	scratch scratchPool // a projection's working arrays, lent to session writers
+
 	mu       sync.Mutex
 	sessions map[string]*session // guarded by mu: live sessions by id
 	changed  chan struct{}       // guarded by mu: closed and replaced when sessions changes

@@ -14,12 +14,24 @@ import (
 // returns once every goroutine of the session has ended; the connection is
 // closed by then.
 func (g *Gateway) Serve(ctx context.Context, c ClientConn) {
-	s, err := g.handshake(ctx, c)
-	if err != nil {
-		g.refuse(ctx, c, err)
-		return
+	// The handshake (token checks, admission, state, the shard's answer)
+	// needs a deep stack for a moment; it runs on a goroutine of its own,
+	// waited for here, so that the session's reader (this goroutine, for
+	// as long as the session lives) keeps the small stack its read loop
+	// needs instead of the handshake's high-water mark.
+	var s *session
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var err error
+		if s, err = g.handshake(ctx, c); err != nil {
+			g.refuse(ctx, c, err)
+		}
+	}()
+	<-done
+	if s != nil {
+		s.run(ctx)
 	}
-	s.run(ctx)
 }
 
 // refuse sends a typed Error and closes the connection with its code.
@@ -207,7 +219,12 @@ func (g *Gateway) handshake(ctx context.Context, c ClientConn) (*session, error)
 	}
 	// run registers the session, then sends this first: the session exists
 	// (Session(id) finds it) before the client learns its id.
-	s.helloE = &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Hello{Hello: hello}}
+	// Encoded here, on the handshake's goroutine: the writer never needs
+	// the generated code's deep stack for it.
+	if s.hello, err = codec.EncodeServer(nil, &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Hello{Hello: hello}}, s.json); err != nil {
+		s.abort()
+		return nil, &codec.WireError{Code: codec.CodeInternal, Message: "server hello does not encode", Err: err}
+	}
 	ok = true
 	if resume {
 		g.m.resumes.WithLabelValues("ok").Inc()

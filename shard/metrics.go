@@ -24,6 +24,7 @@ type metrics struct {
 	// Resolved children for the per-snapshot path (no label lookups there).
 	bytesDelta, bytesFull                    prometheus.Counter
 	dropStaleC, dropBudgetC, dropUnreliableC prometheus.Counter
+	dropInFlightC                            prometheus.Counter
 	upPresence, downAck                      prometheus.Counter
 	oversizeReliable                         prometheus.Counter // snapshots too big for a datagram, sent reliably
 }
@@ -60,6 +61,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.downAck = m.messages.WithLabelValues("down", "action_ack")
 	m.oversizeReliable = m.messages.WithLabelValues("down", "snapshot_oversize_reliable")
 	m.dropStaleC, m.dropBudgetC, m.dropUnreliableC = m.drops.WithLabelValues(dropStale), m.drops.WithLabelValues(dropBudget), m.drops.WithLabelValues(dropUnreliable)
+	m.dropInFlightC = m.drops.WithLabelValues(dropInFlight)
 	if reg == nil {
 		return m, nil
 	}
@@ -86,6 +88,7 @@ const (
 	dropUnexpected     = "unexpected_message"
 	dropPresenceOld    = "presence_reordered"
 	dropSquadQueue     = "squad_queue_full" // a slow client's control queue was full
+	dropInFlight       = "acks_behind"      // a state not sent: the client is maxInFlight states behind on acks
 	dropLaneFull       = "lane_full"        // presence not sent: the shard reads too slowly
 	dropUnknownSession = "unknown_session"  // a lane frame for a session that has ended
 )

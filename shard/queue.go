@@ -15,6 +15,7 @@ const (
 	outRaw                 // raw: a binary ServerEnvelope, shared read-only
 	outPong                // a Pong from a and b, encoded without allocating
 	outAck                 // an ActionAck for a, likewise
+	outPre                 // raw: already encoded for this session (binary or JSON)
 )
 
 // outItem is one reliable message waiting for a session's writer.

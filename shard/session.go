@@ -59,6 +59,13 @@ type session struct {
 
 	notify chan struct{} // cap 1: something is queued for the writer
 	ctrl   ctrlQueue     // reliable messages, written by writeLoop
+
+	// The writer goroutine runs while there is something to write and for
+	// writerIdle after: an idle session keeps only its reader's stack.
+	writerOn   atomic.Bool    // a writer is running (or starting)
+	writerMu   sync.Mutex     // orders writer starts against endWriters
+	writerDone bool           // guarded by writerMu: the session is over, no more writers
+	writers    sync.WaitGroup // every writer goroutine
 	// actionAck is the newest action id the shard acknowledged (a
 	// latest-wins slot: acks are cumulative, so none is ever lost to a full
 	// queue); sentAck is the newest the writer sent. Owned by the lane
@@ -97,9 +104,6 @@ type session struct {
 
 	// Owned by writeLoop.
 	budget     codec.Budget
-	cur        []codec.Entity
-	ups        []codec.Entity
-	rms        []uint32
 	buf        []byte
 	hist       []sentState      // oldest first; from the newest acked state on
 	free       [][]codec.Entity // spare history arrays
@@ -107,9 +111,9 @@ type session struct {
 	unflushed  bool // a reliable write since the last Flush
 
 	// Owned by readLoop.
-	msg    codec.ClientMsg
-	upBuf  []byte
-	helloE *codec.ServerEnvelope
+	msg   codec.ClientMsg
+	upBuf []byte
+	hello []byte // the ServerHello, encoded by the handshake; sent first
 }
 
 // sentState is one projection the client was sent: a possible delta base.
@@ -195,29 +199,22 @@ func (s *session) run(parent context.Context) {
 	defer close(s.ended)
 	defer s.wstop()
 	g := s.g
-	s.ctrl.tryPush(outItem{kind: outEnv, env: s.helloE}) // the queue is empty: the hello goes first
+	s.ctrl.tryPush(outItem{kind: outPre, raw: s.hello}) // the queue is empty: the hello goes first
+	s.hello = nil
 	g.register(s)
 	s.link.attach(s)
 	g.m.sessions.WithLabelValues(s.transport, s.shardID).Inc()
-	log := g.log.With("session", s.id, "shard", s.shardID)
-	log.Debug("session start", "transport", s.transport, "resumed", s.resumed)
+	// No logger With the session's attributes is kept: that would hold a
+	// formatted copy of them for the session's whole life.
+	g.log.Debug("session start", "session", s.id, "shard", s.shardID, "transport", s.transport, "resumed", s.resumed)
 
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.writeLoop()
-		// Everything the client will get is written: closing now also
-		// unblocks a transport Read that does not watch its context.
-		s.closeConn()
-	}()
-	s.wake()
+	s.wake()               // starts the writer: the hello goes out
 	if g.draining.Load() { // Drain began while this session was in its handshake
 		s.drain()
 	}
 	s.readLoop()
 	s.stop(stopCause{})
-	wg.Wait()
+	s.endWriters()
 	s.endPresence()
 
 	s.lc.remove(s) // LinkSessionClose: the shard keeps the session's state for a resume
@@ -225,7 +222,7 @@ func (s *session) run(parent context.Context) {
 	g.unregister(s)
 	g.m.sessions.WithLabelValues(s.transport, s.shardID).Dec()
 	if err := s.putPin(context.WithoutCancel(parent), true); err != nil {
-		log.Warn("pin refresh failed", "err", err)
+		g.log.Warn("pin refresh failed", "session", s.id, "shard", s.shardID, "err", err)
 	}
 	if s.release != nil {
 		s.release()
@@ -240,7 +237,7 @@ func (s *session) run(parent context.Context) {
 	}
 	s.graceMu.Unlock()
 	s.dropSnap()
-	log.Debug("session end", "code", s.stopCause().code)
+	g.log.Debug("session end", "session", s.id, "shard", s.shardID, "code", s.stopCause().code)
 }
 
 // closeConn closes the client connection with the stop cause's code.
@@ -267,6 +264,7 @@ func (s *session) stop(c stopCause) {
 		s.graceMu.Lock()
 		s.grace = time.AfterFunc(writeGrace, s.wstop)
 		s.graceMu.Unlock()
+		s.wake() // a writer flushes what is queued and the final message, then closes
 	})
 }
 
@@ -302,11 +300,38 @@ func (s *session) linkLost() stopCause {
 	return stopCause{code: codec.CodeShardUnavailable, final: &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Error{Error: e}}}
 }
 
+// wake tells the writer something is queued, starting one if none runs.
 func (s *session) wake() {
 	select {
 	case s.notify <- struct{}{}:
 	default:
 	}
+	if !s.writerOn.Load() {
+		s.startWriter()
+	}
+}
+
+func (s *session) startWriter() {
+	s.writerMu.Lock()
+	defer s.writerMu.Unlock()
+	if s.writerDone || !s.writerOn.CompareAndSwap(false, true) {
+		return
+	}
+	s.writers.Add(1)
+	go func() {
+		defer s.writers.Done()
+		s.writeLoop()
+	}()
+}
+
+// endWriters waits for the stopping session's writer (which writes the
+// final message and closes the connection) and lets no other start.
+func (s *session) endWriters() {
+	s.wake()
+	s.writerMu.Lock()
+	s.writerDone = true
+	s.writerMu.Unlock()
+	s.writers.Wait()
 }
 
 // enqueue queues a reliable message from the reader, waiting while the

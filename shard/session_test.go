@@ -126,6 +126,12 @@ func TestUnchangedWorldSendsNothing(t *testing.T) {
 		t.Fatalf("a client that never acks got %d repeats in 2 s, want at most 1 Hz", nc)
 	}
 	t.Logf("2 s of a still world: %d, %d and %d (never acks) states", na, nb, nc)
+	// With nothing to write, the writers of a and b end: an idle session
+	// keeps one goroutine, its reader.
+	for _, id := range []string{ha.SessionId, hb.SessionId} {
+		s := e.g.lookup(id)
+		waitFor(t, "an idle session's writer ended", func() bool { return !s.writerOn.Load() })
+	}
 
 	// A moved window is sent at once, whatever the world does.
 	a.send(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Presence{Presence: &codec.PresencePacket{Seq: 1, Position: &codec.Vec3{XMm: 150_000}}}})
@@ -207,6 +213,7 @@ func newBenchSession(t testing.TB) (*Gateway, *session) {
 	s := newSession(context.Background(), g, discardConn{}, nil, &codec.ClientHello{}, auth.Access{}, codec.Negotiation{Enabled: codec.ServerCapabilities})
 	s.lane = &lane{notify: make(chan struct{}, 1)}
 	s.handle = 7
+	s.writerOn.Store(true) // the test is the writer
 	s.win = codec.WindowFor(&codec.PresencePacket{Position: &codec.Vec3{XMm: 10_000, YMm: -20_000}}, 0, nil)
 	return g, s
 }
@@ -301,4 +308,39 @@ func BenchmarkSessionRead(b *testing.B) {
 		s.lane.out = s.lane.out[:0]
 		_ = codec.DecodeClientMsg(ack, false, &s.msg)
 	}
+}
+
+// TestLaggingClientThrottled: a client that stops acking is sent at most
+// maxInFlight states beyond its last ack (then one a second, counted as
+// acks_behind), and gets deltas against its acked state again as soon as
+// it acks.
+func TestLaggingClientThrottled(t *testing.T) {
+	e := newTestEnv(t, nil, shardSpec{id: "s1", instances: []string{"orun-grove"}, agents: 50})
+	c := e.serve("webtransport", true)
+	c.handshake(e.hello("ada", "orun-grove"))
+	c.until("a state, acked", func(env *codec.ServerEnvelope) bool { return env.GetSnapshot() != nil })
+	behind := func() float64 { return testutil.ToFloat64(e.g.m.drops.WithLabelValues(dropInFlight)) }
+	// Stop acking: read raw for 2 s (40 ticks).
+	n := 0
+	deadline := time.After(2 * time.Second)
+	for done := false; !done; {
+		select {
+		case <-deadline:
+			done = true
+		case <-c.c.dgram:
+			n++
+		case <-c.c.out:
+			n++
+		}
+	}
+	if n > maxInFlight+1+3 {
+		t.Fatalf("%d states in 2 s to a client that stopped acking, want at most %d (+1 Hz)", n, maxInFlight+1)
+	}
+	if behind() == 0 {
+		t.Fatal("no acks_behind counted")
+	}
+	// Ack the state held: deltas against it resume.
+	c.send(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Ack{Ack: &codec.Ack{SnapshotSequence: c.lastSeq}}})
+	c.until("a delta against the acked state", func(env *codec.ServerEnvelope) bool { return env.GetDelta() != nil })
+	t.Logf("a client 2 s behind on acks got %d states; %.0f held back", n, behind())
 }

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/oshun/egbe-edge/codec"
@@ -11,31 +12,56 @@ import (
 // egbe_shard_replication_full_equivalent_bytes_total.
 const fullEquivSample = 8
 
+// maxInFlight bounds the states sent beyond the newest one a client acked
+// (see sendState); below historyLen, so its base is never evicted.
+const maxInFlight = historyLen / 2
+
 // resendUnacked is how often an unchanged projection sent on the
 // unreliable lane and not acknowledged is sent again: the repair for a
 // lost datagram while the world stands still, and the most an idle client
 // that never acks is sent (a keepalive of at most 1 Hz).
 const resendUnacked = time.Second
 
+// writerIdle is how long a writer with nothing to write waits before it
+// ends (the next message starts another): longer than a few ticks, so a
+// session with traffic keeps its writer, short enough that idle sessions
+// hold few writer stacks at any moment.
+const writerIdle = 250 * time.Millisecond
+
 // writeLoop is the only writer of the client (both lanes), in the shape of
 // DERP's sendLoop: woken when anything is queued, it writes everything —
 // control messages first, then the newest action ack, then the newest
 // state projected for this client — and flushes once when nothing is left,
-// so a burst leaves in one syscall when the transport batches.
+// so a burst leaves in one syscall when the transport batches. At most one
+// runs at a time (writerOn); it ends after writerIdle without work, and
+// when the session stops, after writing the final message and closing the
+// connection (which also unblocks a transport Read that does not watch its
+// context).
 func (s *session) writeLoop() {
+	idle := time.NewTimer(writerIdle)
+	defer idle.Stop()
 	for {
 		select {
 		case <-s.notify:
 		case <-s.ctx.Done():
 			s.flushFinal()
+			s.closeConn()
+			return // writerOn stays set: the session is over
+		case <-idle.C:
+			s.writerOn.Store(false)
+			// A wake between the timer and the store saw a writer running:
+			// its message is waiting; carry on unless another writer did.
+			if len(s.notify) == 0 || !s.writerOn.CompareAndSwap(false, true) {
+				return
+			}
+			idle.Reset(writerIdle)
+			continue
+		}
+		if !s.writeAll() || !s.flush() {
+			s.closeConn()
 			return
 		}
-		if !s.writeAll() {
-			return
-		}
-		if !s.flush() {
-			return
-		}
+		idle.Reset(writerIdle)
 	}
 }
 
@@ -113,41 +139,71 @@ func (s *session) flushFinal() {
 
 // writeItem encodes and writes one reliable message.
 func (s *session) writeItem(it outItem) bool {
-	b := s.buf[:0]
+	var b []byte
 	var err error
-	switch it.kind {
-	case outPong:
-		if s.json {
-			b, err = codec.EncodeServer(b, &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Pong{Pong: &codec.Pong{ClientTimeMs: it.a, ServerTimeMs: it.b}}}, true)
-		} else {
-			b = codec.AppendPongEnvelope(b, it.a, it.b)
-		}
-	case outAck:
-		if s.json {
-			b, err = codec.EncodeServer(b, &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_ActionAck{ActionAck: &codec.ActionAck{ActionId: it.a}}}, true)
-		} else {
-			b = codec.AppendActionAckEnvelope(b, it.a)
-		}
-	case outRaw:
-		if s.json {
-			b, err = codec.EncodeServer(b, it.env, true)
-		} else {
-			b = append(b, it.raw...)
-		}
+	switch {
+	case it.kind == outPre, it.kind == outRaw && !s.json:
+		b = it.raw // written as it is: not copied into the session's buffer
+	case it.kind == outPong && !s.json:
+		b = codec.AppendPongEnvelope(s.buf[:0], it.a, it.b)
+	case it.kind == outAck && !s.json:
+		b = codec.AppendActionAckEnvelope(s.buf[:0], it.a)
 	default:
-		b, err = codec.EncodeServer(b, it.env, s.json)
+		env := it.env
+		switch it.kind {
+		case outPong:
+			env = &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Pong{Pong: &codec.Pong{ClientTimeMs: it.a, ServerTimeMs: it.b}}}
+		case outAck:
+			env = &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_ActionAck{ActionAck: &codec.ActionAck{ActionId: it.a}}}
+		}
+		b, err = codec.EncodeServer(s.buf[:0], env, s.json)
 	}
 	if err != nil {
 		s.g.m.drops.WithLabelValues(dropBadMessage).Inc()
 		return true
 	}
-	s.buf = b
+	if it.kind != outPre && it.kind != outRaw {
+		s.buf = b
+	}
 	if err := s.c.WriteReliable(s.wctx, b); err != nil {
 		s.stop(stopCause{})
 		return false
 	}
 	s.unflushed = true
 	return true
+}
+
+// projScratch is the working arrays of one projection, pooled by the
+// gateway (Gateway.scratch).
+type projScratch struct {
+	cur, ups []codec.Entity
+	rms      []uint32
+}
+
+// scratchPool lends projScratches to writers: as many exist as writers
+// ever projected at once (a sync.Pool would also do, but may allocate
+// under the race detector, where the allocation tests run).
+type scratchPool struct {
+	mu   sync.Mutex
+	free []*projScratch // guarded by mu
+}
+
+func (p *scratchPool) get() *projScratch {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		sc := p.free[n-1]
+		p.free = p.free[:n-1]
+		return sc
+	}
+	const n = codec.GroundVisibleAgentCap + codec.GroundVisiblePlayerCap
+	return &projScratch{cur: make([]codec.Entity, 0, n), ups: make([]codec.Entity, 0, n), rms: make([]uint32, 0, n)}
+}
+
+func (p *scratchPool) put(sc *projScratch) {
+	p.mu.Lock()
+	p.free = append(p.free, sc)
+	p.mu.Unlock()
 }
 
 // settle records that the client holds everything its window shows at
@@ -205,7 +261,12 @@ func (s *session) sendState(sn *sharedSnap) bool {
 	s.winMu.Unlock()
 	m := s.g.m
 	w := &sn.world
-	s.cur = sn.index.Project(s.cur[:0], win)
+	// The projection's working arrays are the edge's, lent for the send: a
+	// session keeps only what it sent (its history).
+	sc := s.g.scratch.get()
+	defer s.g.scratch.put(sc)
+	sc.cur = sn.index.Project(sc.cur[:0], win)
+	cur := sc.cur
 	m.projected.Inc()
 
 	acked := s.acked.Load()
@@ -216,13 +277,13 @@ func (s *session) sendState(sn *sharedSnap) bool {
 	}
 	// Nothing changed since the state the client acknowledged, or since
 	// the one already on its way on the reliable lane: nothing to send.
-	if base != nil && slices.Equal(base.ents, s.cur) {
+	if base != nil && slices.Equal(base.ents, cur) {
 		s.settle(sn.ver)
 		return true
 	}
 	if n := len(s.hist); n > 0 {
 		last := &s.hist[n-1]
-		if last.seq > acked && slices.Equal(last.ents, s.cur) {
+		if last.seq > acked && slices.Equal(last.ents, cur) {
 			if last.reliable {
 				s.settle(sn.ver)
 				return true
@@ -232,16 +293,27 @@ func (s *session) sendState(sn *sharedSnap) bool {
 			}
 		}
 	}
+	// A client that acks but lags (a slow link, an overloaded device) is
+	// not sent more than maxInFlight states ahead of its acks: more would
+	// only queue behind them, and its acked base would fall out of the
+	// history (a full snapshot each time: more bytes for a client already
+	// behind). It still gets a state at least every resendUnacked.
+	if acked != 0 && len(s.hist) > maxInFlight {
+		if last := &s.hist[len(s.hist)-1]; time.Since(last.at) < resendUnacked {
+			m.dropInFlightC.Inc()
+			return true // not settled: looked at again next tick
+		}
+	}
 	if !s.deltas {
 		base = nil
 	}
 
 	var b []byte
 	if base != nil {
-		s.ups, s.rms = codec.Diff(s.ups[:0], s.rms[:0], base.ents, s.cur)
-		b = codec.AppendDeltaEnvelope(s.buf[:0], w.InstanceID, base.seq, w.Sequence, w.ServerTimeMs, s.ups, s.rms)
+		sc.ups, sc.rms = codec.Diff(sc.ups[:0], sc.rms[:0], base.ents, cur)
+		b = codec.AppendDeltaEnvelope(s.buf[:0], w.InstanceID, base.seq, w.Sequence, w.ServerTimeMs, sc.ups, sc.rms)
 	} else {
-		b = codec.AppendSnapshotEnvelope(s.buf[:0], w.InstanceID, w.Sequence, w.ServerTimeMs, s.cur)
+		b = codec.AppendSnapshotEnvelope(s.buf[:0], w.InstanceID, w.Sequence, w.ServerTimeMs, cur)
 	}
 	s.buf = b
 	if s.json {
@@ -264,7 +336,7 @@ func (s *session) sendState(sn *sharedSnap) bool {
 		// What a full snapshot would have cost, sampled 1 in fullEquivSample
 		// deltas (sizing one costs a tenth of the send).
 		if s.deltaCount++; s.deltaCount%fullEquivSample == 0 {
-			m.fullEquiv.Add(float64(fullEquivSample * codec.SnapshotEnvelopeSize(w.InstanceID, w.Sequence, w.ServerTimeMs, s.cur)))
+			m.fullEquiv.Add(float64(fullEquivSample * codec.SnapshotEnvelopeSize(w.InstanceID, w.Sequence, w.ServerTimeMs, cur)))
 		}
 	}
 	reliable := false
@@ -297,7 +369,7 @@ func (s *session) sendState(sn *sharedSnap) bool {
 	} else {
 		m.bytesFull.Add(float64(len(b)))
 	}
-	s.remember(w.Sequence, s.cur, reliable)
+	s.remember(w.Sequence, cur, reliable)
 	if reliable {
 		s.settle(sn.ver)
 	}
