@@ -255,12 +255,30 @@ func (s *session) remember(seq uint64, ents []codec.Entity, reliable bool) {
 // against the newest state the client acknowledged (or in full) — unless
 // nothing changed: then nothing is sent.
 func (s *session) sendState(sn *sharedSnap) bool {
+	m := s.g.m
+	w := &sn.world
+	acked := s.acked.Load()
+	s.trimHistory(acked)
+	// A client that acks but lags (a slow link, an overloaded device) is
+	// not sent more than maxInFlight states ahead of its acks: more would
+	// only queue behind them, and its acked base would fall out of the
+	// history (a full snapshot each time: more bytes for a client already
+	// behind). It still gets a state at least every resendUnacked.
+	if acked != 0 && len(s.hist) > maxInFlight {
+		if last := &s.hist[len(s.hist)-1]; time.Since(last.at) < resendUnacked {
+			m.dropInFlightC.Inc()
+			return true // not settled: looked at again next tick
+		}
+	}
+	var base *sentState
+	if len(s.hist) > 0 && s.hist[0].seq == acked {
+		base = &s.hist[0]
+	}
+
 	s.winMu.Lock()
 	win := s.win
 	s.winDirty = false
 	s.winMu.Unlock()
-	m := s.g.m
-	w := &sn.world
 	// The projection's working arrays are the edge's, lent for the send: a
 	// session keeps only what it sent (its history).
 	sc := s.g.scratch.get()
@@ -269,12 +287,6 @@ func (s *session) sendState(sn *sharedSnap) bool {
 	cur := sc.cur
 	m.projected.Inc()
 
-	acked := s.acked.Load()
-	s.trimHistory(acked)
-	var base *sentState
-	if len(s.hist) > 0 && s.hist[0].seq == acked {
-		base = &s.hist[0]
-	}
 	// Nothing changed since the state the client acknowledged, or since
 	// the one already on its way on the reliable lane: nothing to send.
 	if base != nil && slices.Equal(base.ents, cur) {
@@ -291,17 +303,6 @@ func (s *session) sendState(sn *sharedSnap) bool {
 			if time.Since(last.at) < resendUnacked {
 				return true // not settled: looked at again next tick
 			}
-		}
-	}
-	// A client that acks but lags (a slow link, an overloaded device) is
-	// not sent more than maxInFlight states ahead of its acks: more would
-	// only queue behind them, and its acked base would fall out of the
-	// history (a full snapshot each time: more bytes for a client already
-	// behind). It still gets a state at least every resendUnacked.
-	if acked != 0 && len(s.hist) > maxInFlight {
-		if last := &s.hist[len(s.hist)-1]; time.Since(last.at) < resendUnacked {
-			m.dropInFlightC.Inc()
-			return true // not settled: looked at again next tick
 		}
 	}
 	if !s.deltas {

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/quic-go/quic-go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/shard/internal/linkio"
@@ -179,9 +180,10 @@ func (s *Server) lane(ctx context.Context, l *edgeLink, st *quic.Stream, r *link
 			s.applyActionsLocked(in, ss, m.Actions)
 			s.mu.Unlock()
 		case *codec.LinkEdgeFrame_Squad:
+			body, _ := proto.Marshal(&codec.LinkShardFrame{Msg: &codec.LinkShardFrame_Squad{Squad: m.Squad}}) // once, for every recipient
 			for _, other := range in.sessions {
 				if o := other.live; o != nil {
-					o.lane.send(shardFrame(&codec.LinkShardFrame{Session: o.handle, Msg: &codec.LinkShardFrame_Squad{Squad: m.Squad}}), false)
+					o.lane.send(linkio.SessionFrame(o.handle, body), false)
 				}
 			}
 			s.mu.Unlock()
@@ -265,9 +267,10 @@ func (s *Server) applyActionsLocked(in *instance, ss *sessionState, b *codec.Act
 	// The ack must not be lost: it skips the bounded frame queue.
 	ss.live.lane.acknowledge(ss.live.handle, ss.lastAction)
 	for _, ev := range events {
+		body, _ := proto.Marshal(&codec.LinkShardFrame{Msg: &codec.LinkShardFrame_SessionEvent{SessionEvent: ev}}) // once, for every recipient
 		for _, other := range in.sessions {
 			if o := other.live; o != nil {
-				o.lane.send(shardFrame(&codec.LinkShardFrame{Session: o.handle, Msg: &codec.LinkShardFrame_SessionEvent{SessionEvent: ev}}), false)
+				o.lane.send(linkio.SessionFrame(o.handle, body), false)
 			}
 		}
 	}

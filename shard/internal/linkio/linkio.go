@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/oshun/egbe-edge/codec"
@@ -143,6 +144,19 @@ func AppendFrame(dst []byte, m proto.Message) ([]byte, error) {
 		return dst[:start], fmt.Errorf("%w: %d bytes", codec.ErrFrameTooLarge, n)
 	}
 	return out, nil
+}
+
+// SessionFrame returns one length-prefixed frame: body (an encoded
+// LinkShardFrame or LinkEdgeFrame without its session field) for session.
+// A message encoded once can so be addressed to many sessions: protobuf
+// fields may come in any order, so the session field is simply prepended.
+func SessionFrame(session uint32, body []byte) []byte {
+	n := 1 + protowire.SizeVarint(uint64(session)) + len(body)
+	b := make([]byte, 0, protowire.SizeVarint(uint64(n))+n)
+	b = protowire.AppendVarint(b, uint64(n))
+	b = protowire.AppendTag(b, 15, protowire.VarintType) // LinkShardFrame.session, LinkEdgeFrame.session
+	b = protowire.AppendVarint(b, uint64(session))
+	return append(b, body...)
 }
 
 // Frame returns m as one length-prefixed frame.
