@@ -84,7 +84,8 @@ func BenchmarkFanout(b *testing.B) {
 				// What the link's reader does once per tick: the decoded
 				// snapshot (copied here from the prepared world) becomes the
 				// shared one, its index built.
-				scratch.InstanceID, scratch.Sequence, scratch.ServerTimeMs = w.InstanceID, w.Sequence, w.ServerTimeMs
+				seq := uint64(n + 1) // sequences only grow, as a shard's do
+				scratch.InstanceID, scratch.Sequence, scratch.ServerTimeMs = w.InstanceID, seq, w.ServerTimeMs
 				scratch.Entities = append(scratch.Entities[:0], w.Entities...)
 				sn := feed.publish(&scratch)
 				for _, s := range sessions {
@@ -92,7 +93,7 @@ func BenchmarkFanout(b *testing.B) {
 					got := s.takeSnap()
 					s.sendState(got)
 					got.release()
-					s.acked.Store(w.Sequence)
+					s.acked.Store(seq)
 					total += len(s.buf)
 				}
 			}

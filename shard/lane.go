@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/quic-go/quic-go"
 
@@ -273,7 +272,3 @@ func (ln *lane) readLoop() {
 		s.fromShard(&f)
 	}
 }
-
-// laneCloseGrace bounds how long a stopping link waits for its lane
-// writers to hand their last frames to QUIC.
-const laneCloseGrace = time.Second

@@ -118,8 +118,10 @@ func (l *link) run(ctx context.Context) {
 	}
 }
 
-// linkStreamWindow is a session stream's initial receive window (the
-// control stream's too: it grows to 4x under a steady snapshot flow).
+// linkStreamWindow is a stream's initial receive window (the control
+// stream and each lane; each grows to 4x under a steady flow). The edge
+// reads every link stream continuously (its readers never wait for a
+// client), so a window is only ever held up by the edge itself.
 const linkStreamWindow = 64 << 10
 
 func (l *link) dial(ctx context.Context, addr string) (*quic.Conn, error) {
@@ -131,15 +133,8 @@ func (l *link) dial(ctx context.Context, addr string) (*quic.Conn, error) {
 		KeepAlivePeriod:       l.g.cfg.HeartbeatInterval,
 		MaxIncomingStreams:    -1,
 		MaxIncomingUniStreams: -1,
-		// No head-of-line blocking between sessions: a session whose client
-		// reads slowly stops reading its stream, and that stream may then
-		// hold at most its own window. quic-go's defaults (512 KiB growing
-		// to 6 MiB per stream, 15 MiB per connection) let some thirty
-		// stalled sessions use up the connection's credit and starve the
-		// control stream (snapshots, pongs) until the heartbeat kills the
-		// link for every session. Small stream windows and a connection
-		// window far above sessions x stream window keep that impossible
-		// at fleet sizes; credit is not memory until data is buffered.
+		// Small stream windows and a connection window far above them:
+		// credit is not memory until data is buffered.
 		InitialStreamReceiveWindow:     linkStreamWindow,
 		MaxStreamReceiveWindow:         4 * linkStreamWindow,
 		InitialConnectionReceiveWindow: 8 << 20,

@@ -229,10 +229,12 @@ func TestSessionPathAllocs(t *testing.T) {
 	feed := &snapFeed{}
 	var scratch codec.World
 	k := 0
+	var sent float64
 	tick := func() {
 		w := worlds[k%len(worlds)]
 		k++
-		scratch.InstanceID, scratch.Sequence, scratch.ServerTimeMs = w.InstanceID, w.Sequence, w.ServerTimeMs
+		seq := uint64(k) // sequences only grow, as a shard's do
+		scratch.InstanceID, scratch.Sequence, scratch.ServerTimeMs = w.InstanceID, seq, w.ServerTimeMs
 		scratch.Entities = append(scratch.Entities[:0], w.Entities...)
 		sn := feed.publish(&scratch)
 		s.offerSnap(sn)
@@ -241,13 +243,18 @@ func TestSessionPathAllocs(t *testing.T) {
 			t.Fatal("send failed")
 		}
 		got.release()
-		s.acked.Store(w.Sequence)
+		s.acked.Store(seq)
 	}
 	for range 40 { // warm: arrays, the feed's pool, the history
 		tick()
 	}
+	bytesSent := func() float64 { return testutil.ToFloat64(s.g.m.bytesDelta) }
+	sent = bytesSent()
 	if n := testing.AllocsPerRun(100, tick); n != 0 {
 		t.Errorf("tick: %.1f allocs, want 0", n)
+	}
+	if bytesSent()-sent < 100*100 { // ~100 bytes of delta or more each tick: the path ran in full
+		t.Errorf("the ticks sent %.0f delta bytes: the measured path skipped the send", bytesSent()-sent)
 	}
 
 	pres, _ := proto.Marshal(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Presence{Presence: &codec.PresencePacket{
