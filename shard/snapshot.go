@@ -37,6 +37,7 @@ func (sn *sharedSnap) release() {
 // snapFeed is one instance's stream of shared snapshots on one link.
 type snapFeed struct {
 	newest *sharedSnap // owned by the link's control reader
+	ver    uint64      // owned by the link's control reader: the last version given out
 
 	mu   sync.Mutex
 	free []*sharedSnap // guarded by mu
@@ -66,13 +67,12 @@ func (f *snapFeed) publish(scratch *codec.World) *sharedSnap {
 	sn := f.get()
 	sn.world, *scratch = *scratch, sn.world
 	*scratch = codec.World{Entities: scratch.Entities[:0]}
-	sn.ver = 1
-	if prev := f.newest; prev != nil {
-		sn.ver = prev.ver
-		if !slices.Equal(prev.world.Entities, sn.world.Entities) {
-			sn.ver++
-		}
+	// Versions only grow, across reconnections too: a session never sees
+	// an old version again.
+	if prev := f.newest; prev == nil || !slices.Equal(prev.world.Entities, sn.world.Entities) {
+		f.ver++
 	}
+	sn.ver = f.ver
 	sn.index.Build(&sn.world)
 	sn.refs.Store(1)
 	if f.newest != nil {

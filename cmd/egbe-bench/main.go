@@ -2,7 +2,7 @@
 // throughput, errors and the edge's CPU and RSS, beside a baseline server
 // measured in the same run where the scenario has one.
 //
-//	egbe-bench connect  --edge-bin PATH --transport websocket --sessions 1000 [--edges N [--redis-url URL]]
+//	egbe-bench connect  --edge-bin PATH --transport websocket --sessions 1000 [--settle 1s] [--edges N [--redis-url URL]]
 //	egbe-bench echo     --edge-bin PATH --transport websocket --sessions 1000 --rate 20 --duration 20s [--baseline] [--edges N [--redis-url URL]]
 //	egbe-bench failover --edge-bin PATH --edges 3 --sessions 2000 [--rate 5] [--transport websocket] [--redis-url URL] [--bystanders N]
 //	egbe-bench handshakes --edge-bin PATH --sessions 2000 --concurrency 64 [--rounds 3] [--probe 200] [--redis-url URL]
