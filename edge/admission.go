@@ -133,7 +133,9 @@ func (e *Edge) buildAdmission() error {
 		meter:     meter,
 		surge:     surge,
 	}
-	e.admitter = &realtimeAdmission{h: a.handshake, ttl: time.Duration(policy.Realtime.LeaseTTLMs) * time.Millisecond}
+	keeper := admission.NewLeaseKeeper(a.handshake) // one refresher for every realtime session's leases
+	e.admitter = &realtimeAdmission{keep: keeper}
+	e.runners = append(e.runners, keeper.Run)
 	e.pxAdmitter = a.px
 	e.runners = append(e.runners, a.px.run)
 	e.adm = a
@@ -169,49 +171,19 @@ func (e *Edge) mountAdmission() {
 }
 
 // realtimeAdmission adapts the handshake admitter to the shard gateway's
-// seam, keeping the session's leases alive while it lives.
+// seam; the edge's one LeaseKeeper keeps the session's leases alive while
+// it lives.
 type realtimeAdmission struct {
-	h   *admission.HandshakeAdmitter
-	ttl time.Duration
+	keep *admission.LeaseKeeper
 }
 
 var _ shard.Admitter = (*realtimeAdmission)(nil)
 
 func (a *realtimeAdmission) Admit(ctx context.Context, r shard.AdmitRequest) (func(), error) {
-	req := admission.HandshakeRequest{
+	return a.keep.Admit(ctx, admission.HandshakeRequest{
 		SessionID: newHolderID(), Access: r.Access, ClientIP: addrIP(r.RemoteAddr),
 		ResumeValid: r.Resume, AdmissionTicket: r.Hello.GetAdmissionTicket(),
-	}
-	release, err := a.h.Admit(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(max(a.ttl/3, time.Second))
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_ = a.h.Refresh(rctx, req) // a failed refresh lets the lease lapse: fail-safe for caps
-				cancel()
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			close(stop)
-			<-done
-			if release != nil {
-				release()
-			}
-		})
-	}, nil
+	})
 }
 
 // fleetView reads the live Pixel Streaming fleet for admission: launch

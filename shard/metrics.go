@@ -28,7 +28,8 @@ type metrics struct {
 	// Resolved children for the per-snapshot path (no label lookups there).
 	bytesDelta, bytesFull                    prometheus.Counter
 	dropStaleC, dropBudgetC, dropUnreliableC prometheus.Counter
-	upPresence                               prometheus.Counter
+	dropInFlightC                            prometheus.Counter
+	upPresence, downAck                      prometheus.Counter
 	oversizeReliable                         prometheus.Counter // snapshots too big for a datagram, sent reliably
 }
 
@@ -64,8 +65,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.bytesDelta, m.bytesFull = m.replBytes.WithLabelValues("delta"), m.replBytes.WithLabelValues("full")
 	m.upPresence = m.messages.WithLabelValues("up", "presence")
+	m.downAck = m.messages.WithLabelValues("down", "action_ack")
 	m.oversizeReliable = m.messages.WithLabelValues("down", "snapshot_oversize_reliable")
 	m.dropStaleC, m.dropBudgetC, m.dropUnreliableC = m.drops.WithLabelValues(dropStale), m.drops.WithLabelValues(dropBudget), m.drops.WithLabelValues(dropUnreliable)
+	m.dropInFlightC = m.drops.WithLabelValues(dropInFlight)
 	if reg == nil {
 		return m, nil
 	}
@@ -83,12 +86,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 // Drop reasons.
 const (
-	dropStale       = "snapshot_stale"   // a newer snapshot replaced an unsent one
-	dropBudget      = "budget"           // over the replication budget
-	dropUnreliable  = "unreliable_full"  // the unreliable lane refused it
-	dropEventQueue  = "event_queue_full" // a slow client's control queue was full
-	dropVoiceQueue  = "voice_queue_full"
-	dropBadMessage  = "bad_message"
-	dropUnexpected  = "unexpected_message"
-	dropPresenceOld = "presence_reordered"
+	dropStale          = "snapshot_stale"   // a newer snapshot replaced an unsent one
+	dropBudget         = "budget"           // over the replication budget
+	dropUnreliable     = "unreliable_full"  // the unreliable lane refused it
+	dropEventQueue     = "event_queue_full" // a slow client's control queue was full
+	dropVoiceQueue     = "voice_queue_full"
+	dropBadMessage     = "bad_message"
+	dropUnexpected     = "unexpected_message"
+	dropPresenceOld    = "presence_reordered"
+	dropSquadQueue     = "squad_queue_full" // a slow client's control queue was full
+	dropInFlight       = "acks_behind"      // a state not sent: the client is maxInFlight states behind on acks
+	dropLaneFull       = "lane_full"        // presence not sent: the shard reads too slowly
+	dropUnknownSession = "unknown_session"  // a lane frame for a session that has ended
 )
