@@ -93,7 +93,8 @@ func (e *Edge) buildPxstream() error {
 	e.mainMux.Handle(mcfg.SignallingPath, srv.PlayerHandler())
 	e.mainMux.Handle("/api/v6/pxstream/", mm.Handler())
 	e.mainMux.Handle("/api/v3/pxstream/", mm.Handler())
-	e.extraServers = append(e.extraServers, extraServer{e.streamerLn, srv.StreamerHandler()}, extraServer{e.playerLn, srv.PlayerHandler()})
+	e.extraServers = append(e.extraServers, extraServer{e.streamerLn, srv.StreamerHandler()}, extraServer{e.playerLn, srv.PlayerHandler()},
+		extraServer{e.sfuLn, srv.SFUHandler()})
 	e.runners = append(e.runners, srv.Run)
 	e.closers = append(e.closers, func() error { srv.Close(); return nil })
 
