@@ -3,7 +3,7 @@
 // and streams an H.264 test pattern to every player (package
 // signalling/streamer).
 //
-//	egbe-streamer --url ws://127.0.0.1:8888 --id NAME [--pop us-east-1] [--codecs H264] [--token T]
+//	egbe-streamer --url ws://127.0.0.1:8888 --id NAME [--pop us-east-1] [--codecs H264] [--token T] [--simulcast] [--multiplex]
 package main
 
 import (
@@ -41,6 +41,8 @@ func run(args []string) error {
 	fs.IntVar(&cfg.Width, "width", cfg.Width, "pattern width (multiple of 16)")
 	fs.IntVar(&cfg.Height, "height", cfg.Height, "pattern height (multiple of 16)")
 	fs.IntVar(&cfg.FPS, "fps", cfg.FPS, "frames per second")
+	fs.BoolVar(&cfg.Simulcast, "simulcast", false, "send an SFU three RID encodings (scale 4, 2, 1; size in multiples of 64)")
+	fs.BoolVar(&cfg.Multiplex, "multiplex", false, "offer an SFU multiplexed data channels (199/198 framing)")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", streamer.ErrConfig, err)

@@ -3,6 +3,7 @@ package pxsfu
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,13 +24,14 @@ type upstream struct {
 	s           *SFU
 	pc          *webrtc.PeerConnection
 	api         *webrtc.API // immutable: registered with the offer's codecs and payload types
+	ssrcAPI     *webrtc.API // immutable: builds SSRC-simulcast layer receivers (startSSRCLayers)
 	info        offerInfo   // immutable
 	multiplex   bool        // immutable: one shared data stream pair (internal/pxmux)
 	scalability string      // immutable: the offer's scalabilityMode
 	playerAPI   *webrtc.API // immutable: players' media engine, the negotiated codecs
 	video       []*layer    // immutable: lowest resolution first; nil without video
 	audio       atomic.Pointer[[]*audioOut]
-	kind        atomic.Uint32 // codecKind of the video, from its first track
+	ptKind      [128]codecKind // immutable: key-frame test per negotiated video payload type
 
 	dmu     sync.Mutex
 	dc      *webrtc.DataChannel // guarded by dmu: the streamer's own channel (multiplexed)
@@ -37,7 +39,9 @@ type upstream struct {
 	nextID  uint16              // guarded by dmu
 
 	started atomic.Bool // startStreaming sent
-	dirty   atomic.Bool // a player switched layers: rebuild the lists
+	extraMu sync.Mutex
+	extra   []*webrtc.RTPReceiver // guarded by extraMu: SSRC-simulcast layer receivers (startSSRCLayers)
+	dirty   atomic.Bool           // a player switched layers: rebuild the lists
 
 	wgMu   sync.Mutex
 	closed bool // guarded by wgMu
@@ -93,6 +97,15 @@ func (u *upstream) close() {
 	u.closed = true
 	u.wgMu.Unlock()
 	_ = u.pc.Close()
+	// The peer connection does not know the receivers startSSRCLayers
+	// made; stopping them ends their readers.
+	u.extraMu.Lock()
+	extra := u.extra
+	u.extra = nil
+	u.extraMu.Unlock()
+	for _, r := range extra {
+		_ = r.Stop()
+	}
 	u.wg.Wait()
 }
 
@@ -123,6 +136,7 @@ func (s *SFU) onStreamerOffer(ss *session, m *inbound) {
 	waiting := s.waiting
 	s.waiting = nil
 	s.mu.Unlock()
+	s.log.Debug("streamer answer", "sdp", answer)
 	ss.send(map[string]string{"type": "answer", "sdp": answer})
 	s.log.Info("answered streamer", "layers", len(up.video), "simulcast", up.info.video.form,
 		"audio", up.info.audio != nil, "data", up.info.data, "multiplex", up.multiplex)
@@ -139,7 +153,7 @@ func (s *SFU) newUpstream(m *inbound) (*upstream, string, error) {
 	}
 	var parsed sdp.SessionDescription
 	_ = parsed.UnmarshalString(m.SDP) // parseOffer did
-	me, err := offerMediaEngine(&parsed, info)
+	me, err := offerMediaEngine(&parsed, info, true)
 	if err != nil {
 		return nil, "", err
 	}
@@ -156,6 +170,7 @@ func (s *SFU) newUpstream(m *inbound) (*upstream, string, error) {
 		return nil, "", err
 	}
 	se := s.port.SettingEngine()
+	var ssrcAPI *webrtc.API
 	api := webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(ir), webrtc.WithSettingEngine(se))
 	pc, err := api.NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
@@ -165,7 +180,17 @@ func (s *SFU) newUpstream(m *inbound) (*upstream, string, error) {
 	if mode == "" {
 		mode = "L1T1"
 	}
-	u := &upstream{s: s, pc: pc, api: api, info: info, multiplex: truthy(m.Multiplex), scalability: mode,
+	if info.video.form == formSSRC {
+		rme, err := offerMediaEngine(&parsed, offerInfo{video: info.video}, false)
+		if err != nil {
+			return nil, "", err
+		}
+		if err := registerExtensionsByID(rme, &parsed, info.video); err != nil {
+			return nil, "", err
+		}
+		ssrcAPI = webrtc.NewAPI(webrtc.WithMediaEngine(rme), webrtc.WithSettingEngine(s.port.SettingEngine()))
+	}
+	u := &upstream{s: s, pc: pc, api: api, ssrcAPI: ssrcAPI, info: info, multiplex: truthy(m.Multiplex), scalability: mode,
 		usedIDs: make(map[uint16]bool), nextID: 2}
 	for i, li := range info.video.layers {
 		u.video = append(u.video, &layer{idx: int32(i), info: li})
@@ -192,7 +217,11 @@ func (s *SFU) newUpstream(m *inbound) (*upstream, string, error) {
 			u.track(func() { s.upstreamFailed(u) })
 		}
 	})
-	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: m.SDP}); err != nil {
+	remote := m.SDP
+	if info.video.form == formSSRC {
+		remote = firstSSRCOnly(remote, info.video)
+	}
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: remote}); err != nil {
 		return fail(err)
 	}
 	answer, err := pc.CreateAnswer(nil)
@@ -207,6 +236,13 @@ func (s *SFU) newUpstream(m *inbound) (*upstream, string, error) {
 	case <-gathered:
 	case <-time.After(5 * time.Second):
 		return fail(errors.New("ICE gathering did not complete"))
+	}
+	for _, t := range pc.GetTransceivers() {
+		if t.Mid() == info.video.mid && t.Receiver() != nil {
+			for _, c := range t.Receiver().GetParameters().Codecs {
+				u.ptKind[c.PayloadType&0x7f] = codecOf(c.MimeType)
+			}
+		}
 	}
 	papi, err := u.newPlayerAPI()
 	if err != nil {
@@ -232,11 +268,11 @@ func (s *SFU) upstreamFailed(u *upstream) {
 }
 
 // offerMediaEngine registers exactly the codecs and header extensions of
-// the offer's chosen sections, with their payload types, so the answer
+// the offer's chosen sections (extensions only if exts), with their payload types, so the answer
 // accepts what the streamer encodes and every receiver (pion's, and the
 // SSRC-simulcast ones built here) knows its payload types. RED and FEC
 // are left out: the SFU forwards media packets only.
-func offerMediaEngine(d *sdp.SessionDescription, info offerInfo) (*webrtc.MediaEngine, error) {
+func offerMediaEngine(d *sdp.SessionDescription, info offerInfo, exts bool) (*webrtc.MediaEngine, error) {
 	me := &webrtc.MediaEngine{}
 	for _, md := range d.MediaDescriptions {
 		var kind webrtc.RTPCodecType
@@ -285,17 +321,59 @@ func offerMediaEngine(d *sdp.SessionDescription, info offerInfo) (*webrtc.MediaE
 			}
 		}
 		for _, a := range md.Attributes {
-			if a.Key != "extmap" {
+			if a.Key != "extmap" || !exts {
 				continue
 			}
 			var em sdp.ExtMap
 			if err := em.Unmarshal("extmap:" + a.Value); err != nil || em.URI == nil {
 				continue
 			}
-			_ = me.RegisterHeaderExtension(webrtc.RTPHeaderExtensionCapability{URI: em.URI.String()}, kind)
+			uri := em.URI.String()
+			if mi.form == formSSRC && (uri == sdp.SDESRTPStreamIDURI || uri == sdp.SDESRepairRTPStreamIDURI) {
+				// SSRC simulcast: no RID, and pion must not probe the
+				// layers it does not know for one (startSSRCLayers takes them).
+				continue
+			}
+			_ = me.RegisterHeaderExtension(webrtc.RTPHeaderExtensionCapability{URI: uri}, kind)
 		}
 	}
 	return me, nil
+}
+
+// registerExtensionsByID registers the header extensions of mi's section
+// so that an RTPReceiver built on me (outside the peer connection, which
+// alone knows the negotiated ids) gets the offer's ids: an unnegotiated
+// media engine numbers extensions 1, 2, ... in registration order, so they
+// are registered in id order with placeholders in the gaps. Ids above 14
+// (two-byte) are left out.
+func registerExtensionsByID(me *webrtc.MediaEngine, d *sdp.SessionDescription, mi *mediaInfo) error {
+	uris := map[int]string{}
+	for _, md := range d.MediaDescriptions {
+		if md.MediaName.Media != "video" || midOf(md) != mi.mid {
+			continue
+		}
+		for _, a := range md.Attributes {
+			var em sdp.ExtMap
+			if a.Key != "extmap" || em.Unmarshal("extmap:"+a.Value) != nil || em.URI == nil || em.Value > 14 {
+				continue
+			}
+			uris[em.Value] = em.URI.String()
+		}
+	}
+	for id := 1; id <= 14; id++ {
+		uri, ok := uris[id]
+		if !ok {
+			if len(uris) == 0 {
+				break
+			}
+			uri = "urn:egbe:pxsfu:unused:" + strconv.Itoa(id)
+		}
+		delete(uris, id)
+		if err := me.RegisterHeaderExtension(webrtc.RTPHeaderExtensionCapability{URI: uri}, webrtc.RTPCodecTypeVideo); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func midOf(md *sdp.MediaDescription) string {
@@ -322,7 +400,6 @@ func (u *upstream) onTrack(tr *webrtc.TrackRemote) {
 			u.s.log.Warn("streamer track matches no layer", "rid", tr.RID(), "ssrc", tr.SSRC())
 			return
 		}
-		u.kind.Store(uint32(codecOf(tr.Codec().MimeType)))
 		u.readVideo(l, tr)
 	}
 }
@@ -339,9 +416,43 @@ func (u *upstream) layerFor(rid string, ssrc uint32) *layer {
 	return nil
 }
 
-// startSSRCLayers receives the SSRC-simulcast layers pion does not: pion
-// gives a media section one track, the first SSRC it lists; the others
-// get an RTPReceiver of their own on the same transport.
+// firstSSRCOnly is the offer pion is given for SSRC simulcast: the
+// section declares only the first layer's SSRC (and its RTX). pion reads a
+// section with several SSRCs as Plan B, and with the Plan B fallback it
+// half-configures receivers for the others; startSSRCLayers receives them.
+func firstSSRCOnly(raw string, mi *mediaInfo) string {
+	drop := map[string]bool{}
+	for _, l := range mi.layers[1:] {
+		drop[strconv.FormatUint(uint64(l.ssrc), 10)] = true
+		if l.rtx != 0 {
+			drop[strconv.FormatUint(uint64(l.rtx), 10)] = true
+		}
+	}
+	lines := strings.Split(raw, "\r\n")
+	out := lines[:0]
+	for _, l := range lines {
+		if strings.HasPrefix(l, "a=ssrc-group:SIM ") {
+			continue
+		}
+		if v, ok := strings.CutPrefix(l, "a=ssrc:"); ok {
+			if n, _, _ := strings.Cut(v, " "); drop[n] {
+				continue
+			}
+		}
+		if v, ok := strings.CutPrefix(l, "a=ssrc-group:FID "); ok {
+			if f := strings.Fields(v); len(f) > 0 && drop[f[0]] {
+				continue
+			}
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\r\n")
+}
+
+// startSSRCLayers receives the SSRC-simulcast layers pion was not told of
+// (firstSSRCOnly): each gets an RTPReceiver of its own on the same
+// transport. Their packets wait in the SRTP session until then: pion,
+// finding no RID extension negotiated, leaves such streams alone.
 func (u *upstream) startSSRCLayers() {
 	var dtls *webrtc.DTLSTransport
 	var pionSSRC uint32
@@ -354,35 +465,37 @@ func (u *upstream) startSSRCLayers() {
 		}
 	}
 	if dtls == nil {
+		u.s.log.Warn("ssrc simulcast: no transport for the video section")
 		return
 	}
 	for _, l := range u.video {
 		if l.info.ssrc == pionSSRC {
 			continue
 		}
-		// u.api's media engine holds the offer's payload types (pion's
-		// peer connection negotiates on a copy), so the track can read.
-		r, err := u.api.NewRTPReceiver(webrtc.RTPCodecTypeVideo, dtls)
+		r, err := u.ssrcAPI.NewRTPReceiver(webrtc.RTPCodecTypeVideo, dtls)
 		if err != nil {
 			u.s.log.Warn("ssrc layer receiver", "ssrc", l.info.ssrc, "err", err)
 			continue
 		}
+		// No RTX association: with one, pion's repair-stream reading
+		// starves the primary stream of these standalone receivers (pion
+		// v4.2.26). Their retransmissions are dropped; a player's PLI
+		// still gets a key frame.
 		enc := webrtc.RTPDecodingParameters{RTPCodingParameters: webrtc.RTPCodingParameters{SSRC: webrtc.SSRC(l.info.ssrc)}}
-		enc.RTX.SSRC = webrtc.SSRC(l.info.rtx)
 		if err := r.Receive(webrtc.RTPReceiveParameters{Encodings: []webrtc.RTPDecodingParameters{enc}}); err != nil {
 			u.s.log.Warn("ssrc layer receive", "ssrc", l.info.ssrc, "err", err)
 			continue
 		}
+		u.extraMu.Lock()
+		u.extra = append(u.extra, r)
+		u.extraMu.Unlock()
 		tr := r.Track()
 		if tr == nil {
 			continue
 		}
+		u.s.log.Debug("receiving ssrc layer", "layer", l.idx, "ssrc", l.info.ssrc)
 		l := l
-		if !u.track(func() {
-			defer func() { _ = r.Stop() }()
-			u.readVideo(l, tr)
-		}) {
-			_ = r.Stop()
+		if !u.track(func() { u.readVideo(l, tr) }) {
 			return
 		}
 	}
@@ -400,22 +513,28 @@ func (u *upstream) onConnected() {
 func (u *upstream) readVideo(l *layer, tr *webrtc.TrackRemote) {
 	l.ssrc.Store(uint32(tr.SSRC()))
 	m := u.s.met
-	kind := codecKind(u.kind.Load())
 	buf := make([]byte, maxPacket)
 	var h rtpHeader
 	var n uint32
+	fails := 0
 	for {
 		nb, _, err := tr.Read(buf)
 		if err != nil && nb < 12 {
-			return
+			if !readable(err, &fails) {
+				u.s.log.Debug("layer reader ends", "layer", l.idx, "err", err)
+				return
+			}
+			m.malformed.Inc()
+			continue
 		}
+		fails = 0
 		at := time.Now().UnixNano()
 		m.received.Inc()
 		if !h.parse(buf[:nb]) {
 			m.malformed.Inc()
 			continue
 		}
-		key := isKeyframeStart(kind, buf[h.payOff:h.payEnd])
+		key := isKeyframeStart(u.ptKind[h.pt], buf[h.payOff:h.payEnd])
 		l.bytes.Add(uint64(nb))
 		l.lastPkt.Store(at)
 		if key {
@@ -444,16 +563,34 @@ func (u *upstream) readVideo(l *layer, tr *webrtc.TrackRemote) {
 	}
 }
 
+// readable reports whether a track read that failed with err may be
+// retried: a packet an interceptor could not parse (a malformed header
+// extension, one larger than the buffer) is dropped, a closed track ends
+// the reader, and so do many failures in a row.
+func readable(err error, fails *int) bool {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) {
+		return false
+	}
+	*fails++
+	return *fails < 1000
+}
+
 // readAudio is the audio track's reader: every player gets it.
 func (u *upstream) readAudio(tr *webrtc.TrackRemote) {
 	m := u.s.met
 	buf := make([]byte, maxPacket)
 	var h rtpHeader
+	fails := 0
 	for {
 		nb, _, err := tr.Read(buf)
 		if err != nil && nb < 12 {
-			return
+			if !readable(err, &fails) {
+				return
+			}
+			m.malformed.Inc()
+			continue
 		}
+		fails = 0
 		m.received.Inc()
 		if !h.parse(buf[:nb]) {
 			m.malformed.Inc()
