@@ -102,3 +102,28 @@ func TestSimulcastLayersAndInput(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamerLeavesAndReturns: section 6 against the edge's broker. The
+// streamer leaves: the SFU's players are closed, the SFU stops streaming
+// (unlisted), and resubscribes when the streamer returns.
+func TestStreamerLeavesAndReturns(t *testing.T) {
+	s := newStack(t, nil)
+	s.startStreamer(nil)
+	p := s.player(2)
+	waitSize(t, p, 256)
+
+	s.stopStreamerNow()
+	select {
+	case <-p.Done(): // the broker closes the SFU's players
+	case <-time.After(failsafe):
+		t.Fatal("player of the SFU not closed when the streamer left")
+	}
+	poll(t, "SFU unlisted", func() bool { return !s.listed("SFU") })
+	poll(t, "SFU players dropped", func() bool { return len(s.sfu.Players()) == 0 })
+
+	s.startStreamer(nil)
+	q := s.player(2) // waits until the SFU is listed again (startStreaming)
+	waitSize(t, q, 256)
+	r := s.player(1)
+	waitSize(t, r, 128)
+}

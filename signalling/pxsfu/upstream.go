@@ -42,6 +42,7 @@ type upstream struct {
 	extraMu sync.Mutex
 	extra   []*webrtc.RTPReceiver // guarded by extraMu: SSRC-simulcast layer receivers (startSSRCLayers)
 	dirty   atomic.Bool           // a player switched layers: rebuild the lists
+	pli     func(ssrc uint32)     // immutable; tests: replaces the PLI write
 
 	wgMu   sync.Mutex
 	closed bool // guarded by wgMu
@@ -512,7 +513,6 @@ func (u *upstream) onConnected() {
 // readVideo is layer l's reader (see forward.go).
 func (u *upstream) readVideo(l *layer, tr *webrtc.TrackRemote) {
 	l.ssrc.Store(uint32(tr.SSRC()))
-	m := u.s.met
 	buf := make([]byte, maxPacket)
 	var h rtpHeader
 	var n uint32
@@ -524,41 +524,48 @@ func (u *upstream) readVideo(l *layer, tr *webrtc.TrackRemote) {
 				u.s.log.Debug("layer reader ends", "layer", l.idx, "err", err)
 				return
 			}
-			m.malformed.Inc()
+			u.s.met.malformed.Inc()
 			continue
 		}
 		fails = 0
-		at := time.Now().UnixNano()
-		m.received.Inc()
-		if !h.parse(buf[:nb]) {
-			m.malformed.Inc()
-			continue
-		}
-		key := isKeyframeStart(u.ptKind[h.pt], buf[h.payOff:h.payEnd])
-		l.bytes.Add(uint64(nb))
-		l.lastPkt.Store(at)
-		if key {
-			l.keyArrived(at)
-		}
-		subs := l.subs.Load()
-		if subs == nil {
-			continue
-		}
-		for _, v := range *subs {
-			switch r := v.forward(l.idx, &h, buf[:nb], key, at); r {
-			case fwdSkip:
-			case fwdSent, fwdSwitched:
-				m.forwarded.Inc()
-				if r == fwdSwitched {
-					m.switches.Inc()
-					u.s.kickRebuild(u)
-				}
-				if n++; n&15 == 0 {
-					m.forwardDelay.Observe(float64(time.Now().UnixNano()-at) / 1e9)
-				}
-			default:
-				m.dropped[r].Inc()
+		u.onVideo(l, buf[:nb], &h, &n)
+	}
+}
+
+// onVideo forwards one packet of layer l to its subscribers. h is the
+// reader's scratch header, n its count of writes (every 16th is timed).
+func (u *upstream) onVideo(l *layer, pkt []byte, h *rtpHeader, n *uint32) {
+	m := u.s.met
+	at := time.Now().UnixNano()
+	m.received.Inc()
+	if !h.parse(pkt) {
+		m.malformed.Inc()
+		return
+	}
+	key := isKeyframeStart(u.ptKind[h.pt], pkt[h.payOff:h.payEnd])
+	l.bytes.Add(uint64(len(pkt)))
+	l.lastPkt.Store(at)
+	if key {
+		l.keyArrived(at)
+	}
+	subs := l.subs.Load()
+	if subs == nil {
+		return
+	}
+	for _, v := range *subs {
+		switch r := v.forward(l.idx, h, pkt, key, at); r {
+		case fwdSkip:
+		case fwdSent, fwdSwitched:
+			m.forwarded.Inc()
+			if r == fwdSwitched {
+				m.switches.Inc()
+				u.s.kickRebuild(u)
 			}
+			if *n++; *n&15 == 0 {
+				m.forwardDelay.Observe(float64(time.Now().UnixNano()-at) / 1e9)
+			}
+		default:
+			m.dropped[r].Inc()
 		}
 	}
 }
@@ -663,6 +670,10 @@ func (u *upstream) sendPLI(l *layer) {
 		return // no packet yet: its first frame is a key frame anyway
 	}
 	u.s.met.keySent.Inc()
+	if u.pli != nil {
+		u.pli(ssrc)
+		return
+	}
 	_ = u.pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: ssrc}})
 }
 
