@@ -117,6 +117,10 @@ func (e *Edge) buildPxstream() error {
 				sc.Token = tok
 			}
 			sc.IncludeLoopback = true
+			if e.cfg.PxSFU > 0 {
+				// Three simulcast layers for the in-process SFUs to choose from.
+				sc.Simulcast, sc.Height = true, 128
+			}
 			sc.Logger = e.logFor("dev-streamer")
 			e.runners = append(e.runners, func(ctx context.Context) error {
 				if err := streamer.Run(ctx, sc); err != nil && ctx.Err() == nil {
@@ -125,6 +129,9 @@ func (e *Edge) buildPxstream() error {
 				return nil
 			})
 		}
+	}
+	if err := e.buildPxSFU(scfg.Auth); err != nil {
+		return err
 	}
 	e.px = &pxstream{srv: srv, mm: mm}
 	return nil
