@@ -32,6 +32,9 @@ func (e *Edge) buildPxSFU(authMode string) error {
 			cfg.ID = "SFU" + strconv.Itoa(i+1)
 		}
 		cfg.Subscribe = e.cfg.PxSFUStreamer
+		// Its streamer usually registers after it: look again sooner than
+		// Epic's 10 s.
+		cfg.RetrySubscribe = 2 * time.Second
 		if authMode == signalling.AuthToken {
 			tok, err := e.signer.IssueSFU(auth.SFU{SFUID: cfg.ID, Upstream: cfg.Subscribe}, pxsfuTokenTTL)
 			if err != nil {

@@ -221,6 +221,12 @@ func (s *Server) Close() {
 // and writes the greeting frames (none when the connection is refused)
 // with the 101 response: one write for the handshake and the greeting.
 func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, log *slog.Logger, greeting ...[]byte) (*conn, bool) {
+	return s.upgradeQueue(w, r, log, s.cfg.SendQueue, greeting...)
+}
+
+// upgradeQueue is upgrade with a send queue of queue frames (an SFU's
+// socket carries all its players' signalling).
+func (s *Server) upgradeQueue(w http.ResponseWriter, r *http.Request, log *slog.Logger, queue int, greeting ...[]byte) (*conn, bool) {
 	var h http.Header
 	if p := websocket.Subprotocols(r); len(p) > 0 {
 		h = http.Header{"Sec-Websocket-Protocol": {p[0]}}
@@ -234,6 +240,9 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, log *slog.Logge
 		return nil, false // the upgrader answered the HTTP error
 	}
 	c := newConn(s, ws, hj.bc, log)
+	if queue != cap(c.out) {
+		c.out = make(chan []byte, queue) // before any goroutine sees c
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -56,7 +56,7 @@ func (s *Server) serveSFU(w http.ResponseWriter, r *http.Request) {
 	if authErr == nil {
 		greeting = [][]byte{msgIdentify, s.config} // as for streamers
 	}
-	c, ok := s.upgrade(w, r, log, greeting...)
+	c, ok := s.upgradeQueue(w, r, log, s.cfg.SFUSendQueue, greeting...)
 	if !ok {
 		return
 	}

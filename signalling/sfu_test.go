@@ -1,6 +1,7 @@
 package signalling
 
 import (
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
@@ -384,4 +385,27 @@ func TestSFUTokenMode(t *testing.T) {
 	if got := testutil.ToFloat64(h.srv.met.sfus); got != 1 {
 		t.Fatalf("egbe_pxstream_sfus_connected = %v", got)
 	}
+}
+
+// TestSFUSendQueue: an SFU's socket carries every one of its players'
+// signalling, so it has its own, larger queue (SFUSendQueue): with a
+// per-socket queue of 4, twenty players dropped at once reach the SFU as
+// twenty playerDisconnected instead of closing it as a slow consumer.
+func TestSFUSendQueue(t *testing.T) {
+	cfg := Default()
+	cfg.SendQueue = 4
+	h := newHarness(t, cfg, Deps{})
+	_, f := h.sfuSubscribed()
+	var ps []*client
+	for i := range 20 {
+		ps = append(ps, h.sfuPlayer(fmt.Sprintf("P%d", i), f, fmt.Sprintf("Player%d", i+1)))
+	}
+	f.send(`{"type":"stopStreaming"}`)
+	for i := range 20 {
+		f.expectRaw(fmt.Sprintf(`{"type":"playerDisconnected","playerId":"Player%d"}`, i+1))
+	}
+	for _, p := range ps {
+		p.expectClose(websocket.CloseNoStatusReceived, "")
+	}
+	f.sync()
 }

@@ -74,7 +74,7 @@ func newMetrics(r prometheus.Registerer, sfuID string) (*metrics, error) {
 		dataMessages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egbe_pxsfu_datachannel_messages_total", ConstLabels: cl,
 			Help: "Data-channel messages relayed, by direction (to_streamer, to_player)."}, []string{"direction"}),
 		forwardDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "egbe_pxsfu_forward_delay_seconds", ConstLabels: cl,
-			Help:    "Time from reading a packet from the streamer to its write to a player returning (1 in 16 writes sampled).",
+			Help:    "Added delay: from reading a packet from the streamer to the return of its last player's write (1 packet in 4 sampled).",
 			Buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3}}),
 		playersJoined: prometheus.NewCounter(prometheus.CounterOpts{Name: "egbe_pxsfu_players_joined_total", ConstLabels: cl,
 			Help: "Players offered a peer connection."}),

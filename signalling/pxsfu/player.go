@@ -1,6 +1,8 @@
 package pxsfu
 
 import (
+	"errors"
+	"io"
 	"slices"
 	"strconv"
 	"sync"
@@ -67,7 +69,9 @@ type player struct {
 	queued []webrtc.DataChannelMessage // guarded by dmu: before upRecv exists
 	closed bool                        // guarded by dmu
 
-	wg        sync.WaitGroup // RTCP readers
+	wgMu      sync.Mutex
+	closing   bool           // guarded by wgMu
+	wg        sync.WaitGroup // RTCP and data-channel readers
 	closeOnce sync.Once
 }
 
@@ -168,7 +172,8 @@ func (s *SFU) newPlayer(up *upstream, id string) (*player, string, error) {
 		if p.dcOut, err = pc.CreateDataChannel("recv-datachannel", &webrtc.DataChannelInit{Ordered: &yes, Negotiated: &yes, ID: &out}); err != nil {
 			return fail(err)
 		}
-		p.dcIn.OnMessage(p.fromPlayer)
+		p.dcIn.OnOpen(func() { p.readChannel(p.dcIn, true) })
+		p.dcOut.OnOpen(func() { p.readChannel(p.dcOut, false) })
 	}
 	pc.OnConnectionStateChange(func(st webrtc.PeerConnectionState) {
 		if st == webrtc.PeerConnectionStateFailed {
@@ -190,8 +195,7 @@ func (s *SFU) newPlayer(up *upstream, id string) (*player, string, error) {
 	}
 	for i, snd := range senders {
 		video := i == 0 && p.video != nil
-		p.wg.Add(1)
-		go func() { defer p.wg.Done(); p.rtcpLoop(snd, video) }()
+		p.goTracked(func() { p.rtcpLoop(snd, video) })
 	}
 	return p, pc.LocalDescription().SDP, nil
 }
@@ -233,7 +237,10 @@ func (s *SFU) dropPlayer(id, reason string) {
 	}
 	s.mu.Unlock()
 	s.log.Debug("player dropped", "player", id, "reason", reason)
-	s.closePlayer(p, up)
+	// Off the signalling reader: hundreds of players may leave at once,
+	// and a peer connection's close takes a while.
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.closePlayer(p, up) }()
 }
 
 // closePlayer closes p's peer connection and, with its streamer up, its
@@ -241,6 +248,9 @@ func (s *SFU) dropPlayer(id, reason string) {
 func (s *SFU) closePlayer(p *player, up *upstream) {
 	p.closeOnce.Do(func() {
 		_ = p.pc.Close()
+		p.wgMu.Lock()
+		p.closing = true
+		p.wgMu.Unlock()
 		p.wg.Wait()
 		p.dmu.Lock()
 		p.closed = true
@@ -384,6 +394,47 @@ func (s *SFU) onPeerDataChannelsReady(id string) {
 	for _, m := range queued {
 		p.sendUp(recv, m)
 	}
+}
+
+// goTracked runs f on a goroutine closePlayer waits for.
+func (p *player) goTracked(f func()) {
+	p.wgMu.Lock()
+	defer p.wgMu.Unlock()
+	if p.closing {
+		return
+	}
+	p.wg.Add(1)
+	go func() { defer p.wg.Done(); f() }()
+}
+
+// maxChannelMessage bounds a player's data-channel message (Epic's input
+// messages are a few bytes; a text box entry a few KiB).
+const maxChannelMessage = 64 << 10
+
+// readChannel reads a detached channel of the player: the one it sends on
+// (in) is relayed to the streamer; the other only drained.
+func (p *player) readChannel(dc *webrtc.DataChannel, in bool) {
+	raw, err := dc.Detach()
+	if err != nil {
+		return
+	}
+	p.goTracked(func() {
+		buf := make([]byte, 512)
+		for {
+			n, isString, err := raw.ReadDataChannel(buf)
+			if errors.Is(err, io.ErrShortBuffer) && len(buf) < maxChannelMessage {
+				// The message waits: read it again with room for it.
+				buf = make([]byte, min(2*len(buf), maxChannelMessage))
+				continue
+			}
+			if err != nil {
+				return // closed, or a message over maxChannelMessage
+			}
+			if in {
+				p.fromPlayer(webrtc.DataChannelMessage{IsString: isString, Data: buf[:n]})
+			}
+		}
+	})
 }
 
 // fromPlayer relays a player's data-channel message to the streamer,

@@ -533,7 +533,7 @@ func (u *upstream) readVideo(l *layer, tr *webrtc.TrackRemote) {
 }
 
 // onVideo forwards one packet of layer l to its subscribers. h is the
-// reader's scratch header, n its count of writes (every 16th is timed).
+// reader's scratch header, n its count of packets (every 4th is timed).
 func (u *upstream) onVideo(l *layer, pkt []byte, h *rtpHeader, n *uint32) {
 	m := u.s.met
 	at := time.Now().UnixNano()
@@ -552,21 +552,25 @@ func (u *upstream) onVideo(l *layer, pkt []byte, h *rtpHeader, n *uint32) {
 	if subs == nil {
 		return
 	}
+	sent := false
 	for _, v := range *subs {
 		switch r := v.forward(l.idx, h, pkt, key, at); r {
 		case fwdSkip:
 		case fwdSent, fwdSwitched:
 			m.forwarded.Inc()
+			sent = true
 			if r == fwdSwitched {
 				m.switches.Inc()
 				u.s.kickRebuild(u)
 			}
-			if *n++; *n&15 == 0 {
-				m.forwardDelay.Observe(float64(time.Now().UnixNano()-at) / 1e9)
-			}
 		default:
 			m.dropped[r].Inc()
 		}
+	}
+	if *n++; sent && *n&3 == 0 {
+		// The added delay of this packet's last player: read to the
+		// return of the fan-out's last write (1 packet in 4 sampled).
+		m.forwardDelay.Observe(float64(time.Now().UnixNano()-at) / 1e9)
 	}
 }
 
@@ -680,7 +684,8 @@ func (u *upstream) sendPLI(l *layer) {
 // newPlayerAPI builds the players' WebRTC API: the codecs negotiated with
 // the streamer (same payload types, so packets need no payload type
 // rewrite) with the feedback the SFU acts on, no interceptors (the
-// forwarder writes straight to each sender's SRTP stream), on the ICE port.
+// forwarder writes straight to each sender's SRTP stream; the SFU reads
+// their RTCP itself), on the ICE port.
 func (u *upstream) newPlayerAPI() (*webrtc.API, error) {
 	me := &webrtc.MediaEngine{}
 	for _, t := range u.pc.GetTransceivers() {
@@ -711,7 +716,14 @@ func (u *upstream) newPlayerAPI() (*webrtc.API, error) {
 			}
 		}
 	}
-	return webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithSettingEngine(u.s.port.SettingEngine())), nil
+	se := u.s.port.SettingEngine()
+	// Detached data channels: the SFU reads each with a small buffer of
+	// its own instead of pion's 64 KiB read loop per channel.
+	se.DetachDataChannels()
+	// An empty registry, not pion's defaults (NACK responder, reports,
+	// stats): those copy and account for every packet of every player.
+	return webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithSettingEngine(se),
+		webrtc.WithInterceptorRegistry(&interceptor.Registry{})), nil
 }
 
 // allocID takes a free SCTP stream id on the streamer's association.
