@@ -39,8 +39,9 @@ type PxSFUOptions struct {
 	Warmup   time.Duration // after every player plays, before the window
 	Layers   []int         // round robin per player
 	FPS      int
-	Self     string // this binary (children: pxsfu-receivers, pxsfu-bare)
-	Bare     bool   // also run the bare pion forwarder
+	Self     string   // this binary (children: pxsfu-receivers, pxsfu-bare)
+	ChildEnv []string // added to the children's environment
+	Bare     bool     // also run the bare pion forwarder
 }
 
 // PxSFURun is one forwarder at one player count.
@@ -170,7 +171,7 @@ func RunPxSFU(ctx context.Context, t *Target, opts PxSFUOptions) (PxSFUReport, e
 	var bare *child
 	if opts.Bare {
 		var err error
-		bare, err = startChild(ctx, opts.Self, "pxsfu-bare", "--url", "ws://"+t.SFUWS, "--id", "BARE",
+		bare, err = startChild(ctx, opts.Self, opts.ChildEnv, "pxsfu-bare", "--url", "ws://"+t.SFUWS, "--id", "BARE",
 			"--layers", joinInts(opts.Layers))
 		if err != nil {
 			return rep, err
@@ -274,7 +275,7 @@ func runPxSFUOnce(ctx context.Context, t *Target, opts PxSFUOptions, run *PxSFUR
 	}
 	run.IdleCPU = idle1.cpu - idle0.cpu
 	run.RSSBefore = idle1.rss
-	rc, err := startChild(ctx, opts.Self, "pxsfu-receivers", "--url", "ws://"+t.PlayerWS, "--streamer", streamerID,
+	rc, err := startChild(ctx, opts.Self, opts.ChildEnv, "pxsfu-receivers", "--url", "ws://"+t.PlayerWS, "--streamer", streamerID,
 		"--players", strconv.Itoa(run.Players), "--layers", joinInts(opts.Layers))
 	if err != nil {
 		return err
@@ -406,8 +407,11 @@ type child struct {
 	mu  sync.Mutex
 }
 
-func startChild(ctx context.Context, self string, args ...string) (*child, error) {
+func startChild(ctx context.Context, self string, env []string, args ...string) (*child, error) {
 	cmd := exec.CommandContext(ctx, self, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
