@@ -34,6 +34,7 @@ type Config struct {
 	ICEUDP     string `json:"ice_udp"`     // --ice-udp / EGBE_ICE_UDP
 	StreamerWS string `json:"streamer_ws"` // --streamer-ws / EGBE_STREAMER_WS
 	PlayerWS   string `json:"player_ws"`   // --player-ws / EGBE_PLAYER_WS ("" = off)
+	SFUWS      string `json:"sfu_ws"`      // --sfu-ws / EGBE_SFU_WS ("" = off)
 	Admin      string `json:"admin"`       // --admin / EGBE_ADMIN
 	RedisURL   string `json:"redis_url"`   // --redis-url / EGBE_REDIS_URL ("" = in-memory)
 	TLSCert    string `json:"tls_cert"`    // --tls-cert
@@ -71,6 +72,10 @@ type Config struct {
 	PxstreamTopology string `json:"pxstream_topology"` // --pxstream-topology / EGBE_PXSTREAM_TOPOLOGY
 	MaxPlayers       int    `json:"max_players"`       // --max-players / EGBE_MAX_PLAYERS (0 = unlimited)
 	DevStreamers     int    `json:"dev_streamers"`     // --dev-streamers / EGBE_DEV_STREAMERS
+	// PxSFU runs this many Go SFUs (signalling/pxsfu) in-process, each
+	// connected to the SFU port and subscribed to PxSFUStreamer.
+	PxSFU         int    `json:"pxsfu"`          // --pxsfu / EGBE_PXSFU
+	PxSFUStreamer string `json:"pxsfu_streamer"` // --pxsfu-streamer / EGBE_PXSFU_STREAMER ("" = the first listed)
 	// ICEServers are handed to Epic peers in config.peerConnectionOptions.
 	ICEServers []ICEServer `json:"ice_servers"`
 
@@ -162,6 +167,8 @@ func Default() Config {
 		HTTPS:          ":8443",
 		ICEUDP:         ":8444",
 		StreamerWS:     ":8888",
+		SFUWS:          ":8889",
+		PxSFUStreamer:  "DefaultStreamer",
 		Admin:          "127.0.0.1:9090",
 		DevShard:       true,
 		DevInstances:   []string{"orun-grove"},
@@ -186,9 +193,9 @@ func (c *Config) Validate() error {
 	default:
 		bad("mode %q: want dev or prod", c.Mode)
 	}
-	for name, addr := range map[string]string{"http": c.HTTP, "https": c.HTTPS, "ice-udp": c.ICEUDP, "streamer-ws": c.StreamerWS, "player-ws": c.PlayerWS, "admin": c.Admin, "turn": c.TURN} {
+	for name, addr := range map[string]string{"http": c.HTTP, "https": c.HTTPS, "ice-udp": c.ICEUDP, "streamer-ws": c.StreamerWS, "player-ws": c.PlayerWS, "sfu-ws": c.SFUWS, "admin": c.Admin, "turn": c.TURN} {
 		if addr == "" {
-			if name == "player-ws" || name == "streamer-ws" || name == "https" || name == "turn" {
+			if name == "player-ws" || name == "streamer-ws" || name == "sfu-ws" || name == "https" || name == "turn" {
 				continue // optional listeners
 			}
 			bad("--%s: an address is required", name)
@@ -206,8 +213,11 @@ func (c *Config) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		bad("--tls-cert and --tls-key go together")
 	}
-	if c.MaxPlayers < 0 || c.DevStreamers < 0 || c.DevShardAgents < 0 {
-		bad("--max-players, --dev-streamers and dev shard agents must not be negative")
+	if c.MaxPlayers < 0 || c.DevStreamers < 0 || c.DevShardAgents < 0 || c.PxSFU < 0 {
+		bad("--max-players, --dev-streamers, --pxsfu and dev shard agents must not be negative")
+	}
+	if c.PxSFU > 0 && c.SFUWS == "" {
+		bad("--pxsfu needs the SFU port (--sfu-ws)")
 	}
 	if c.VoiceSlots < 1 || c.VoiceSlots > 16 {
 		bad("--voice-slots %d: want 1-16", c.VoiceSlots)
@@ -270,6 +280,8 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 		publicIPsFlag, originsFlag           listFlag
 		modeFlag, redisFlag, topoFlag        string
 		httpF, httpsF, iceF, swsF, pwsF, adF string
+		sfuF, pxsfuStreamer                  string
+		pxsfu                                int
 		tlsCert, tlsKey, pxAuth, policyF     string
 		publicURL, turnF, turnPorts          string
 		eventsF, auditF                      string
@@ -286,6 +298,7 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&iceF, "ice-udp", cfg.ICEUDP, "the one UDP port for every WebRTC peer")
 	fs.StringVar(&swsF, "streamer-ws", cfg.StreamerWS, "Epic streamer WebSocket listener")
 	fs.StringVar(&pwsF, "player-ws", cfg.PlayerWS, "Epic player WebSocket listener (off when empty)")
+	fs.StringVar(&sfuF, "sfu-ws", cfg.SFUWS, "Epic SFU WebSocket listener (off when empty)")
 	fs.StringVar(&adF, "admin", cfg.Admin, "admin listener: /metrics, /healthz, /readyz, pprof, /ops")
 	fs.StringVar(&redisFlag, "redis-url", "", "Redis `URL` for shared state (empty: in-memory): redis:// rediss:// unix:// one server; redis+cluster://h1:p1,h2:p2 Cluster seeds; redis+sentinel://s1:p1,s2:p2/MASTER[/DB] via Sentinel")
 	fs.StringVar(&tlsCert, "tls-cert", "", "TLS certificate file (PEM)")
@@ -301,6 +314,8 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&topoFlag, "pxstream-topology", "", "Pixel Streaming topology `file` (default: the shipped GA topology)")
 	fs.IntVar(&maxPlayers, "max-players", 0, "players per streamer (0 = unlimited)")
 	fs.IntVar(&devStreamers, "dev-streamers", 0, "synthetic streamers to run in-process (dev)")
+	fs.IntVar(&pxsfu, "pxsfu", 0, "Go Pixel Streaming SFUs to run in-process on the SFU port")
+	fs.StringVar(&pxsfuStreamer, "pxsfu-streamer", cfg.PxSFUStreamer, "streamer id the in-process SFUs subscribe to (empty: the first listed)")
 	fs.IntVar(&slots, "voice-slots", cfg.VoiceSlots, "audio slots per voice listener")
 	fs.StringVar(&policyF, "policy", "", "admission policy `file` (default: the shipped reference values)")
 	fs.StringVar(&turnF, "turn", cfg.TURN, "embedded TURN server, UDP and TCP (off when empty); credentials from EGBE_TURN_SECRET")
@@ -335,17 +350,21 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	if v, ok := envPresent(env, "EGBE_TURN"); ok {
 		cfg.TURN = v // EGBE_TURN= (empty) turns TURN off
 	}
+	if v, ok := envPresent(env, "EGBE_SFU_WS"); ok {
+		cfg.SFUWS = v // EGBE_SFU_WS= (empty) turns the SFU port off
+	}
 	// 3. Flags that were given.
 	str := map[string]*string{"mode": &cfg.Mode, "http": &cfg.HTTP, "https": &cfg.HTTPS, "ice-udp": &cfg.ICEUDP,
-		"streamer-ws": &cfg.StreamerWS, "player-ws": &cfg.PlayerWS, "admin": &cfg.Admin, "redis-url": &cfg.RedisURL,
+		"streamer-ws": &cfg.StreamerWS, "player-ws": &cfg.PlayerWS, "sfu-ws": &cfg.SFUWS, "admin": &cfg.Admin, "redis-url": &cfg.RedisURL,
 		"tls-cert": &cfg.TLSCert, "tls-key": &cfg.TLSKey, "pxstream-auth": &cfg.PxstreamAuth,
 		"pxstream-topology": &cfg.PxstreamTopology, "policy": &cfg.PolicyFile, "public-url": &cfg.PublicURL,
 		"turn": &cfg.TURN, "turn-relay-ports": &cfg.TURNRelayPorts,
-		"pxstream-events": &cfg.PxstreamEvents, "audit-log": &cfg.AuditLog}
+		"pxstream-events": &cfg.PxstreamEvents, "audit-log": &cfg.AuditLog, "pxsfu-streamer": &cfg.PxSFUStreamer}
 	vals := map[string]string{"mode": modeFlag, "http": httpF, "https": httpsF, "ice-udp": iceF, "streamer-ws": swsF,
-		"player-ws": pwsF, "admin": adF, "redis-url": redisFlag, "tls-cert": tlsCert, "tls-key": tlsKey,
+		"player-ws": pwsF, "sfu-ws": sfuF, "admin": adF, "redis-url": redisFlag, "tls-cert": tlsCert, "tls-key": tlsKey,
 		"pxstream-auth": pxAuth, "pxstream-topology": topoFlag, "policy": policyF, "public-url": publicURL,
-		"turn": turnF, "turn-relay-ports": turnPorts, "pxstream-events": eventsF, "audit-log": auditF}
+		"turn": turnF, "turn-relay-ports": turnPorts, "pxstream-events": eventsF, "audit-log": auditF,
+		"pxsfu-streamer": pxsfuStreamer}
 	for name, dst := range str {
 		if set[name] {
 			*dst = vals[name]
@@ -380,6 +399,9 @@ func Load(args []string, env []string, stderr io.Writer) (Config, error) {
 	}
 	if set["dev-streamers"] {
 		cfg.DevStreamers = devStreamers
+	}
+	if set["pxsfu"] {
+		cfg.PxSFU = pxsfu
 	}
 	if set["voice-slots"] {
 		cfg.VoiceSlots = slots
@@ -428,7 +450,7 @@ func (c *Config) loadFile(path string) error {
 
 func (c *Config) applyEnv(getenv func(string) string) error {
 	strs := map[string]*string{"EGBE_MODE": &c.Mode, "EGBE_HTTP": &c.HTTP, "EGBE_HTTPS": &c.HTTPS,
-		"EGBE_ICE_UDP": &c.ICEUDP, "EGBE_STREAMER_WS": &c.StreamerWS, "EGBE_PLAYER_WS": &c.PlayerWS,
+		"EGBE_ICE_UDP": &c.ICEUDP, "EGBE_STREAMER_WS": &c.StreamerWS, "EGBE_PLAYER_WS": &c.PlayerWS, "EGBE_SFU_WS": &c.SFUWS, "EGBE_PXSFU_STREAMER": &c.PxSFUStreamer,
 		"EGBE_ADMIN": &c.Admin, "EGBE_REDIS_URL": &c.RedisURL, "EGBE_TLS_CERT": &c.TLSCert, "EGBE_TLS_KEY": &c.TLSKey,
 		"EGBE_PXSTREAM_AUTH": &c.PxstreamAuth, "EGBE_PXSTREAM_TOPOLOGY": &c.PxstreamTopology, "EGBE_POLICY": &c.PolicyFile,
 		"EGBE_JWT_SECRET": &c.JWTSecret, "EGBE_PUBLIC_URL": &c.PublicURL,
@@ -444,7 +466,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 			*strs[k] = v
 		}
 	}
-	ints := map[string]*int{"EGBE_MAX_PLAYERS": &c.MaxPlayers, "EGBE_DEV_STREAMERS": &c.DevStreamers, "EGBE_VOICE_SLOTS": &c.VoiceSlots}
+	ints := map[string]*int{"EGBE_MAX_PLAYERS": &c.MaxPlayers, "EGBE_DEV_STREAMERS": &c.DevStreamers, "EGBE_PXSFU": &c.PxSFU, "EGBE_VOICE_SLOTS": &c.VoiceSlots}
 	for k, dst := range ints {
 		if v, ok := lookup(getenv, k); ok {
 			n, err := strconv.Atoi(v)

@@ -25,12 +25,41 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.HTTP != ":8080" || cfg.HTTPS != ":8443" || cfg.ICEUDP != ":8444" || cfg.StreamerWS != ":8888" ||
-		cfg.PlayerWS != "" || cfg.Admin != "127.0.0.1:9090" || cfg.Mode != ModeDev || cfg.RedisURL != "" ||
+		cfg.SFUWS != ":8889" || cfg.PxSFU != 0 || cfg.PxSFUStreamer != "DefaultStreamer" || cfg.PlayerWS != "" || cfg.Admin != "127.0.0.1:9090" || cfg.Mode != ModeDev || cfg.RedisURL != "" ||
 		!cfg.DevShard || cfg.PxstreamAuth != "none" || cfg.MaxPlayers != 0 {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSFUFlags: --sfu-ws / EGBE_SFU_WS (empty = off), --pxsfu N and
+// --pxsfu-streamer, and --pxsfu refused without the SFU port.
+func TestSFUFlags(t *testing.T) {
+	cfg, err := Load([]string{"--pxsfu", "2", "--pxsfu-streamer", ""}, []string{"EGBE_SFU_WS=127.0.0.1:7889"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.SFUWS != "127.0.0.1:7889" || cfg.PxSFU != 2 || cfg.PxSFUStreamer != "" {
+		t.Fatalf("%+v", cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = Load(nil, []string{"EGBE_SFU_WS=", "EGBE_PXSFU=1", "EGBE_PXSFU_STREAMER=Concert"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.SFUWS != "" || cfg.PxSFU != 1 || cfg.PxSFUStreamer != "Concert" {
+		t.Fatalf("%+v", cfg)
+	}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--pxsfu needs the SFU port") {
+		t.Fatalf("pxsfu without the SFU port: %v", err)
+	}
+	cfg, err = Load([]string{"--sfu-ws", ""}, nil, io.Discard)
+	if err != nil || cfg.SFUWS != "" {
+		t.Fatalf("%+v %v", cfg, err)
 	}
 }
 

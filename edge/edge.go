@@ -55,6 +55,7 @@ type Edge struct {
 
 	// Listeners, bound in New so their addresses are known before Run.
 	httpLn, httpsLn, streamerLn, playerLn, adminLn net.Listener
+	sfuLn                                          net.Listener // --sfu-ws
 	h3Conn                                         net.PacketConn
 
 	mainMux *http.ServeMux // served on HTTP, HTTPS and HTTP/3
@@ -117,8 +118,8 @@ func defaultAdminTimeouts() httpTimeouts {
 
 // Addrs are the bound addresses of an Edge's listeners.
 type Addrs struct {
-	HTTP, HTTPS, H3, ICE, StreamerWS, PlayerWS, Admin string
-	TURN                                              string // UDP and TCP; "" when off
+	HTTP, HTTPS, H3, ICE, StreamerWS, PlayerWS, SFUWS, Admin string
+	TURN                                                     string // UDP and TCP; "" when off
 }
 
 // New validates cfg, binds every listener and builds the subsystems.
@@ -217,6 +218,9 @@ func (e *Edge) bind() (err error) {
 	if e.playerLn, err = listen(e.cfg.PlayerWS); err != nil {
 		return err
 	}
+	if e.sfuLn, err = listen(e.cfg.SFUWS); err != nil {
+		return err
+	}
 	if e.cfg.HTTPS != "" {
 		if e.httpsLn, e.h3Conn, err = listenTCPAndUDP(e.cfg.HTTPS); err != nil {
 			return err
@@ -265,7 +269,7 @@ func (e *Edge) Addrs() Addrs {
 		}
 		return ln.Addr().String()
 	}
-	a := Addrs{HTTP: s(e.httpLn), HTTPS: s(e.httpsLn), StreamerWS: s(e.streamerLn), PlayerWS: s(e.playerLn), Admin: s(e.adminLn), ICE: e.ice.String()}
+	a := Addrs{HTTP: s(e.httpLn), HTTPS: s(e.httpsLn), StreamerWS: s(e.streamerLn), PlayerWS: s(e.playerLn), SFUWS: s(e.sfuLn), Admin: s(e.adminLn), ICE: e.ice.String()}
 	if e.h3Conn != nil {
 		a.H3 = e.h3Conn.LocalAddr().String()
 	}

@@ -27,6 +27,7 @@ func testConfig() Config {
 	cfg.ICEUDP = "127.0.0.1:0"
 	cfg.StreamerWS = "127.0.0.1:0"
 	cfg.PlayerWS = "127.0.0.1:0"
+	cfg.SFUWS = "127.0.0.1:0"
 	cfg.Admin = "127.0.0.1:0"
 	cfg.TURN = "127.0.0.1:0"
 	cfg.DrainWindow = Duration(200 * time.Millisecond)

@@ -106,7 +106,8 @@ func (e *Edge) buildPxstream() error {
 	}
 	e.mainMux.Handle("/api/v6/pxstream/", mmh)
 	e.mainMux.Handle("/api/v3/pxstream/", mmh)
-	e.extraServers = append(e.extraServers, extraServer{e.streamerLn, srv.StreamerHandler()}, extraServer{e.playerLn, srv.PlayerHandler()})
+	e.extraServers = append(e.extraServers, extraServer{e.streamerLn, srv.StreamerHandler()}, extraServer{e.playerLn, srv.PlayerHandler()},
+		extraServer{e.sfuLn, srv.SFUHandler()})
 	e.runners = append(e.runners, srv.Run)
 	e.closers = append(e.closers, func() error { srv.Close(); return nil })
 
@@ -129,6 +130,10 @@ func (e *Edge) buildPxstream() error {
 				sc.Token = tok
 			}
 			sc.IncludeLoopback = true
+			if e.cfg.PxSFU > 0 {
+				// Three simulcast layers for the in-process SFUs to choose from.
+				sc.Simulcast, sc.Height = true, 128
+			}
 			sc.Logger = e.logFor("dev-streamer")
 			e.runners = append(e.runners, func(ctx context.Context) error {
 				if err := streamer.Run(ctx, sc); err != nil && ctx.Err() == nil {
@@ -137,6 +142,9 @@ func (e *Edge) buildPxstream() error {
 				return nil
 			})
 		}
+	}
+	if err := e.buildPxSFU(scfg.Auth); err != nil {
+		return err
 	}
 	e.px = &pxstream{srv: srv, mm: mm}
 	return nil

@@ -9,6 +9,7 @@
 //	egbe-bench pxstream --edge-bin PATH --pairs 200 --handshakes 20000 [--idle 19000] [--edge-taskset 1]
 //	egbe-bench match    --edge-bin PATH --streamers 1000 --decisions 20000 [--edge-taskset 1]
 //	egbe-bench voice    --edge-bin PATH --speakers 4 --listeners 20 --duration 15s [--edge-taskset 1]
+//	egbe-bench pxsfu    --edge-bin PATH --players 100,200,500 [--duration 10s] [--layers 0,1,2] [--bare=false]
 //	egbe-bench surge    --edge-bin PATH --rate 3300 --duration 60s [--max --workers 64]
 //	egbe-bench world    --edge-bin PATH --shard-bin PATH --clients 1000 --instances 10 --agents 500 --duration 15s [--transport websocket] [--idle N] [--profile FILE]
 //	egbe-bench serve-baseline-echo --listen 127.0.0.1:9999   (used by --baseline)
@@ -45,7 +46,7 @@ import (
 func main() { os.Exit(run(os.Args[1:])) }
 
 func usage() int {
-	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|failover|handshakes|pxstream|match|voice|surge|world|serve-baseline-echo [flags]  (egbe-bench SCENARIO --help)")
+	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|failover|handshakes|pxstream|match|voice|pxsfu|surge|world|serve-baseline-echo [flags]  (egbe-bench SCENARIO --help)")
 	return 2
 }
 
@@ -69,6 +70,12 @@ func run(args []string) int {
 		err = bench.MatchCommand(ctx, args[1:])
 	case "voice":
 		err = bench.VoiceCommand(ctx, args[1:])
+	case "pxsfu":
+		err = bench.PxSFUCommand(ctx, args[1:])
+	case "pxsfu-receivers": // a child of pxsfu
+		err = bench.PxSFUReceiversCommand(ctx, args[1:])
+	case "pxsfu-bare": // a child of pxsfu
+		err = bench.PxSFUBareCommand(ctx, args[1:])
 	case "surge":
 		err = bench.SurgeCommand(ctx, args[1:])
 	case "world":

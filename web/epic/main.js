@@ -17,6 +17,7 @@ Logger.InitLogging?.(1, false);
 
 const epic = (window.epic = {
   events: {}, at: {}, framesReceived: 0, framesDecoded: 0, stats: 0, subscribeFailed: null, errors: [], closes: [],
+  frameWidth: 0, responses: [],
 });
 // Record every WebSocket close the library sees (the signalling socket):
 // the page observes the library, it does not change it.
@@ -45,5 +46,12 @@ ps.addEventListener('statsReceived', (e) => {
   const codecs = e.data.aggregatedStats.codecs;
   if (codecs && codecs.values) epic.codec = [...codecs.values()].map((c) => c.mimeType).join(' ');
   if (epic.framesReceived > 0) epic.at.framesReceived ??= Math.round(performance.now());
+  epic.frameWidth = v.frameWidth || 0;
 });
+// Through an SFU: the stream's Preferred Quality (Low, Medium, High) sends
+// layerPreference; input goes out as UIInteraction; Response messages the
+// streamer sends back are collected.
+ps.addResponseEventListener('egbe-test', (r) => epic.responses.push(String(r)));
+window.setQuality = (q) => ps.config.setOptionSettingValue('PreferredQuality', q);
+window.sendInput = (text) => ps.emitUIInteraction(text);
 window.addEventListener('error', (e) => epic.errors.push(String(e.message)));
