@@ -140,7 +140,7 @@ func TestProdRefusesPxstreamAuthNone(t *testing.T) {
 	cert, key := writeTestCert(t)
 	env := []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + strings.Repeat("s", 32), "EGBE_TURN_SECRET=" + strings.Repeat("t", 32)}
 	base := []string{"--tls-cert", cert, "--tls-key", key, "--pxstream-auth", "none", "--turn", "127.0.0.1:0", "--http", "127.0.0.1:0", "--https", "127.0.0.1:0",
-		"--ice-udp", "127.0.0.1:0", "--streamer-ws", "127.0.0.1:0", "--admin", "127.0.0.1:0"}
+		"--ice-udp", "127.0.0.1:0", "--streamer-ws", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--sfu-ws", "127.0.0.1:0"}
 	cfg, err := Load(base, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)

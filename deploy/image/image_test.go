@@ -101,7 +101,7 @@ func TestImageBuildsAndStarts(t *testing.T) {
 		ports[i] = "127.0.0.1:" + strconv.Itoa(freePort(t))
 	}
 	args := []string{"--http", ports[0], "--https", ports[1], "--ice-udp", ports[2],
-		"--streamer-ws", ports[3], "--admin", ports[4], "--player-ws", ports[5], "--turn", "127.0.0.1:0"}
+		"--streamer-ws", ports[3], "--admin", ports[4], "--player-ws", ports[5], "--turn", "127.0.0.1:0", "--sfu-ws", "127.0.0.1:0"}
 	edge := imageCommand(t, root, append([]string{"/egbe-edge"}, args...)...)
 	var log lockedBuffer
 	edge.Stdout, edge.Stderr = &log, &log
