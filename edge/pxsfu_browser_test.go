@@ -62,9 +62,13 @@ type sfuTab struct {
 		FrameWidth int  `json:"frameWidth"`
 	} `json:"low"`
 	After *struct {
-		FrameWidth     int `json:"frameWidth"`
-		FramesReceived int `json:"framesReceived"`
+		OK             bool `json:"ok"`
+		FrameWidth     int  `json:"frameWidth"`
+		FramesReceived int  `json:"framesReceived"`
 	} `json:"after"`
+	LowAfter *struct {
+		FrameWidth int `json:"frameWidth"`
+	} `json:"lowAfter"`
 	Echo struct {
 		OK       bool   `json:"ok"`
 		Response string `json:"response"`
@@ -129,13 +133,16 @@ func TestEpicFrontendThroughPxSFU(t *testing.T) {
 					t.Errorf("tab %d started at width %d", i, tab.Playing.FrameWidth)
 				}
 			}
-			if w := out.Tabs[0].Low.FrameWidth; w != 64 {
-				t.Errorf("tab 0 after Low decodes width %d, want 64", w)
+			if out.Tabs[0].Low == nil || out.Tabs[0].Low.FrameWidth != 64 {
+				t.Errorf("tab 0 after Low decodes %+v, want width 64", out.Tabs[0].Low)
 			}
 			for i, tab := range out.Tabs[1:] {
 				if tab.After == nil || tab.After.FrameWidth != 256 {
-					t.Errorf("tab %d changed width when tab 0 chose Low: %+v", i+1, tab.After)
+					t.Errorf("tab %d does not play the full width after tab 0 chose Low: %+v", i+1, tab.After)
 				}
+			}
+			if out.Tabs[0].LowAfter == nil || out.Tabs[0].LowAfter.FrameWidth != 64 {
+				t.Errorf("tab 0 left the low layer while the others played full width: %+v", out.Tabs[0].LowAfter)
 			}
 			// Each echo names the player id the streamer saw for that tab's
 			// input, and the three ids differ.
