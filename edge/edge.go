@@ -25,6 +25,7 @@ import (
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/internal/devcert"
+	"github.com/oshun/egbe-edge/internal/httpjson"
 	"github.com/oshun/egbe-edge/internal/iceport"
 	"github.com/oshun/egbe-edge/shard"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
@@ -314,14 +315,14 @@ func (e *Edge) adminMux() *http.ServeMux {
 	m := http.NewServeMux()
 	m.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{Registry: e.reg}))
 	m.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	m.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if reasons := e.unready(); len(reasons) > 0 {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unready", "reasons": reasons})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]any{"status": "unready", "reasons": reasons})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	m.HandleFunc("/debug/pprof/", pprof.Index)
 	m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

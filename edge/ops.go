@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/oshun/egbe-edge/internal/httpjson"
 	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/web"
 )
@@ -162,7 +163,7 @@ func (e *Edge) mountOps(m *http.ServeMux) {
 				writeError(w, http.StatusServiceUnavailable, "state_unavailable", "fleet figures: %v", err)
 				return
 			}
-			writeJSON(w, http.StatusOK, opsSnapshot{TS: time.Now().UnixMilli(), Families: fams, Fleet: &fleetSummary{Edges: edges}})
+			httpjson.Write(w, http.StatusOK, opsSnapshot{TS: time.Now().UnixMilli(), Families: fams, Fleet: &fleetSummary{Edges: edges}})
 			return
 		}
 		fams, err := gatherOps(e.reg)
@@ -170,7 +171,7 @@ func (e *Edge) mountOps(m *http.ServeMux) {
 			writeError(w, http.StatusInternalServerError, "internal", "%v", err)
 			return
 		}
-		writeJSON(w, http.StatusOK, opsSnapshot{TS: time.Now().UnixMilli(), Families: fams})
+		httpjson.Write(w, http.StatusOK, opsSnapshot{TS: time.Now().UnixMilli(), Families: fams})
 	})
 }
 
@@ -225,7 +226,7 @@ func (e *Edge) revokeSession(w http.ResponseWriter, r *http.Request) {
 	}
 	log.Info("audit: session revoked", "session", id, "reason", req.Reason, "revoked_until", until,
 		"closed_here", here, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, revokeResponse{SessionID: id, RevokedUntil: until.UTC(), ClosedHere: here})
+	httpjson.Write(w, http.StatusOK, revokeResponse{SessionID: id, RevokedUntil: until.UTC(), ClosedHere: here})
 }
 
 // decodeRevoke strictly decodes the optional, bounded body of a revoke: no
