@@ -5,10 +5,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/internal/httpjson"
+	"github.com/oshun/egbe-edge/internal/opguard"
 	"github.com/oshun/egbe-edge/state"
 )
 
@@ -48,6 +50,15 @@ func (h *Handlers) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/queue/join", h.join)
 	mux.HandleFunc("POST /api/v1/queue/status", h.status)
 	mux.HandleFunc("POST /api/v1/queue/leave", h.leave)
+	h.RegisterOperator(mux)
+}
+
+// RegisterOperator mounts only the operator routes (the edge mounts them on
+// its admin listener too, for the operator page).
+func (h *Handlers) RegisterOperator(mux *http.ServeMux) {
+	if h.Room == nil {
+		return
+	}
 	mux.HandleFunc("GET /api/v1/queue/state", h.operator(h.state))
 	mux.HandleFunc("POST /api/v1/queue/arm", h.operator(h.control("armed", state.OpArm, state.OpDisarm)))
 	mux.HandleFunc("POST /api/v1/queue/freeze", h.operator(h.control("frozen", state.OpFreeze, state.OpUnfreeze)))
@@ -259,20 +270,11 @@ func (h *Handlers) leave(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// operator wraps a route that needs an access token with the operator role.
+// operator wraps a route that needs an operator: the edge's one operator
+// scheme (internal/opguard), a bearer access token with the operator role
+// and no cross-site browser request.
 func (h *Handlers) operator(next func(http.ResponseWriter, *http.Request, *auth.Access)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		a, err := h.access(r)
-		if err != nil || a == nil {
-			httpjson.Write(w, http.StatusUnauthorized, map[string]any{"code": "token_invalid"})
-			return
-		}
-		if !a.HasRole("operator") {
-			httpjson.Write(w, http.StatusForbidden, map[string]any{"code": "operator_role_required"})
-			return
-		}
-		next(w, r, a)
-	}
+	return opguard.RequireOperator(h.Signer, func(w http.ResponseWriter, r *http.Request, a auth.Access) { next(w, r, &a) })
 }
 
 func (h *Handlers) state(w http.ResponseWriter, r *http.Request, _ *auth.Access) {
@@ -291,7 +293,35 @@ func (h *Handlers) state(w http.ResponseWriter, r *http.Request, _ *auth.Access)
 		out["surge"] = map[string]any{"at": st.At, "leader": st.Leader, "applied": st.Applied, "since": st.Since,
 			"ceilingPerMinute": st.Ceiling, "paged": st.Paged}
 	}
+	out["rates"] = h.rates(m.Halved)
 	httpjson.Write(w, http.StatusOK, out)
+}
+
+// rates is what the room would admit now: the global bucket (clamped to
+// downstream health, halved by the operator's halve), the signup bucket,
+// and per POP region its bucket after the utilisation ladder, with its line
+// as this edge last observed it (depth, median wait in seconds; -1:
+// nothing drains).
+func (h *Handlers) rates(halved bool) map[string]any {
+	depth, wait := h.Room.Lines()
+	names := make([]string, 0, len(h.Room.p.Regions))
+	for reg := range h.Room.p.Regions {
+		names = append(names, reg)
+	}
+	slices.Sort(names)
+	global, _ := h.Room.Rates(h.Room.p.DefaultRegion)
+	regions := make(map[string]any, len(names))
+	for _, reg := range names {
+		rt, lad := h.Room.Rates(reg)
+		regions[reg] = map[string]any{"perMinute": rt.RegionPerMin, "burst": rt.RegionBurst,
+			"pxstreamAllowed": rt.PxstreamAllowed, "frozen": lad.Frozen, "depth": depth[reg], "medianWaitSeconds": wait[reg]}
+	}
+	perMin := global.GlobalPerMin
+	if halved {
+		perMin /= 2
+	}
+	return map[string]any{"globalPerMinute": perMin, "globalBurst": global.GlobalBurst,
+		"signupPerMinute": h.Room.p.Signup.PerMinute, "regions": regions}
 }
 
 func metaJSON(m state.Meta) map[string]any {
