@@ -129,8 +129,8 @@ func TestPlayerPageServed(t *testing.T) {
 func TestPlayerPageTokenSettings(t *testing.T) {
 	te := startEdge(t, func(c *Config) {
 		c.Mode = ModeProd
-		c.JWTSecret = strings.Repeat("k", 32)
-		c.TURNSecret = strings.Repeat("t", 32)
+		c.JWTSecret = testJWTSecret
+		c.TURNSecret = testTURNSecret
 		c.DevShard = false
 		c.PxstreamAuth = "token"
 		c.TLSCert, c.TLSKey = writeTestCert(t)
@@ -267,8 +267,8 @@ func freeTCPUDPPort(t *testing.T) int {
 func TestPlayerPageProdAccessToken(t *testing.T) {
 	te := startEdge(t, func(c *Config) {
 		c.Mode = ModeProd
-		c.JWTSecret = strings.Repeat("k", 32)
-		c.TURNSecret = strings.Repeat("t", 32)
+		c.JWTSecret = testJWTSecret
+		c.TURNSecret = testTURNSecret
 		c.DevShard = false
 		c.PxstreamAuth = "token"
 		c.TLSCert, c.TLSKey = writeTestCert(t)

@@ -14,8 +14,8 @@ import (
 // secret of the minimum length scores and well over what a word, a
 // repeated pattern or a keyboard run does.
 const (
-	minJWTSecretBits  = 96
-	minTURNSecretBits = 48
+	minJWTSecretBits  = 80
+	minTURNSecretBits = 28
 )
 
 // placeholders are pieces of the text shipped manifests and examples put

@@ -175,8 +175,8 @@ func TestEdgeTURN(t *testing.T) {
 func TestEdgeTURNProdRefusesLoopback(t *testing.T) {
 	te := startEdge(t, func(c *Config) {
 		c.Mode = ModeProd
-		c.JWTSecret = strings.Repeat("k", 32)
-		c.TURNSecret = strings.Repeat("t", 32)
+		c.JWTSecret = testJWTSecret
+		c.TURNSecret = testTURNSecret
 		c.DevShard = false
 		c.PxstreamAuth = "token"
 		c.TLSCert, c.TLSKey = writeTestCert(t)
