@@ -567,6 +567,21 @@ func SettingsMarkdown() string {
 	return b.String()
 }
 
+// SettingDoc describes one setting, for tools and tests that list them.
+type SettingDoc struct {
+	Flag, Env, Key, Help string
+	Secret               bool // environment only
+}
+
+// SettingDocs lists every setting in --help order.
+func SettingDocs() []SettingDoc {
+	out := make([]SettingDoc, len(settings))
+	for i, s := range settings {
+		out[i] = SettingDoc{Flag: s.flag, Env: s.env, Key: s.key, Help: s.help, Secret: s.secret}
+	}
+	return out
+}
+
 // FileKeys lists every key the config file accepts.
 func FileKeys() []string {
 	var out []string

@@ -52,6 +52,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log := newLogger(cfg, stderr)
+	// Signals are caught before the edge binds anything: a SIGTERM while it
+	// starts is a drain of nothing and a clean exit.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	e, err := edge.New(cfg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "egbe-edge:", err)
@@ -60,8 +64,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	go func() {
 		// The first signal starts a drain; a second one forces exit.
 		<-ctx.Done()
