@@ -145,6 +145,9 @@ func New(cfg Config, log *slog.Logger) (e *Edge, err error) {
 		secret = auth.RandomSecret()
 		e.log.Warn("!!! EGBE_JWT_SECRET is not set: using a random JWT secret. Tokens will not survive a restart and no other edge can verify them. Never run like this in production. !!!")
 	}
+	if cfg.Mode == ModeProd && cfg.LinkToken == "" {
+		e.log.Warn("EGBE_LINK_TOKEN is not set: shard links run unauthenticated; set it to the shards' egbe-shard --token")
+	}
 	if e.signer, err = auth.New(secret, cfg.clock()); err != nil {
 		return nil, err
 	}
