@@ -301,18 +301,19 @@ func TestPlayerPageProdAccessToken(t *testing.T) {
 }
 
 // TestDevStreamersLogWhereToWatch: with --dev-streamers the start-up log
-// names the player page.
+// names the player page where they play, with its URL.
 func TestDevStreamersLogWhereToWatch(t *testing.T) {
 	cfg := testConfig()
 	cfg.DevStreamers = 1
-	var buf bytes.Buffer
-	e, err := New(cfg, slog.New(slog.NewTextHandler(&buf, nil)))
+	buf := &lockedBuffer{}
+	e, err := New(cfg, slog.New(slog.NewTextHandler(buf, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.closeAll()
-	port := strconv.Itoa(portOf(e.httpLn.Addr().String()))
-	if !strings.Contains(buf.String(), "watch the dev streamers: http://localhost:"+port+"/pxstream/") {
-		t.Fatalf("start-up log:\n%s", buf.String())
-	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	want := "url=http://" + e.httpLn.Addr().String() + "/pxstream/"
+	waitUntil(t, 20*time.Second, "the player page's start-up line", func() bool { return strings.Contains(buf.String(), want) })
 }
