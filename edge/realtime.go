@@ -163,7 +163,13 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 	e.runners = append(e.runners, gw.Run)
 	if e.h3Conn != nil {
 		e.runners = append(e.runners, func(ctx context.Context) error {
-			return rt.wt.Serve(ctx, e.h3Conn, e.tlsConf.Clone(), e.withAltSvc(e.mainMux))
+			err := rt.wt.Serve(ctx, e.h3Conn, e.tlsConf.Clone(), e.withAltSvc(e.mainMux))
+			if errors.Is(err, transport.ErrShuttingDown) {
+				// A signal during start-up: the drain shut WebTransport down
+				// before it served; there was nothing to serve.
+				return nil
+			}
+			return err
 		})
 	}
 	// Drain order: sessions get Drain while transports still carry it,

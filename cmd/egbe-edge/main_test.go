@@ -265,12 +265,13 @@ func TestLogLevel(t *testing.T) {
 	})
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	for m := range p.lines {
+		p.seen = append(p.seen, m)
 		if m["level"] == "INFO" {
 			t.Fatalf("info line at --log-level warn: %v", m)
 		}
 	}
 	if err := <-p.done; err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v; log %v", err, p.seen)
 	}
 }
 
