@@ -261,6 +261,7 @@ func TestReadyzFollowsState(t *testing.T) {
 	prod := startEdgeUnready(t, func(c *Config) {
 		c.Mode = ModeProd
 		c.JWTSecret = testJWTSecret
+		c.TURNSecret = testTURNSecret
 		c.DevShard = false
 		c.PxstreamAuth = "token"
 		c.TLSCert, c.TLSKey = writeTestCert(t)

@@ -127,14 +127,7 @@ func TestPlayerPageServed(t *testing.T) {
 // TestPlayerPageTokenSettings: in prod token mode the page carries no dev
 // token endpoint.
 func TestPlayerPageTokenSettings(t *testing.T) {
-	te := startEdge(t, func(c *Config) {
-		c.Mode = ModeProd
-		c.JWTSecret = testJWTSecret
-		c.TURNSecret = testTURNSecret
-		c.DevShard = false
-		c.PxstreamAuth = "token"
-		c.TLSCert, c.TLSKey = writeTestCert(t)
-	})
+	te := startProdEdge(t, nil) // prod is ready only with a shard to serve
 	_, _, body := get(t, te.httpURL("/pxstream/"))
 	if s := pageSettingsOf(t, body); s != (playerPageSettings{Auth: "token", Signalling: "/v6/pxstream/signalling", Match: "/api/v6/pxstream/match"}) {
 		t.Errorf("settings %+v", s)
@@ -265,14 +258,7 @@ func freeTCPUDPPort(t *testing.T) int {
 // matches with it and plays the leased streamer (a synthetic UE worker
 // registered with a streamer token, as prod requires).
 func TestPlayerPageProdAccessToken(t *testing.T) {
-	te := startEdge(t, func(c *Config) {
-		c.Mode = ModeProd
-		c.JWTSecret = testJWTSecret
-		c.TURNSecret = testTURNSecret
-		c.DevShard = false
-		c.PxstreamAuth = "token"
-		c.TLSCert, c.TLSKey = writeTestCert(t)
-	})
+	te := startProdEdge(t, nil) // prod is ready only with a shard to serve
 	stTok, err := te.Signer().IssueStreamer(auth.Streamer{StreamerID: "ProdStreamer", POP: devStreamerPOP, Codecs: []string{"H264"}}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
