@@ -21,6 +21,7 @@ require (
 	github.com/quic-go/webtransport-go v0.13.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
+	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/sync v0.25.0
 	golang.org/x/time v0.14.0
 	google.golang.org/protobuf v1.36.12

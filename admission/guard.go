@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/httpjson"
 )
 
 // Guard headers.
@@ -39,11 +40,11 @@ func (r *Room) Guard(next http.Handler) http.Handler {
 			switch {
 			case err != nil:
 				r.d.Metrics.refused("room", "state")
-				writeErr(w, err)
+				writeFallbackErr(w, err, r.fallback())
 			case !ok:
 				r.d.Metrics.refused("room", "signup_rate_limited")
 				w.Header().Set("Retry-After", "1")
-				writeJSON(w, http.StatusTooManyRequests, map[string]any{"code": "rate_limited"})
+				httpjson.Write(w, http.StatusTooManyRequests, map[string]any{"code": "rate_limited"})
 			default:
 				next.ServeHTTP(w, req)
 			}
@@ -59,18 +60,18 @@ func (r *Room) Guard(next http.Handler) http.Handler {
 		switch {
 		case errors.Is(err, ErrTicketRequired):
 			w.Header().Set("Retry-After", "5")
-			writeJSON(w, http.StatusTooManyRequests, map[string]any{"code": "admission_ticket_required", "queue": "/api/v1/queue/join", "fallbackUrl": FallbackURL})
+			httpjson.Write(w, http.StatusTooManyRequests, map[string]any{"code": "admission_ticket_required", "queue": "/api/v1/queue/join", "fallbackUrl": r.fallback()})
 			return
 		case err != nil:
-			writeErr(w, err)
+			writeFallbackErr(w, err, r.fallback())
 			return
 		}
 		if err := pass.Spend(ctx); err != nil {
 			if errors.Is(err, ErrBadRequest) {
-				writeJSON(w, http.StatusForbidden, map[string]any{"code": "admission_denied", "queue": "/api/v1/queue/join"})
+				httpjson.Write(w, http.StatusForbidden, map[string]any{"code": "admission_denied", "queue": "/api/v1/queue/join"})
 				return
 			}
-			writeErr(w, err)
+			writeFallbackErr(w, err, r.fallback())
 			return
 		}
 		next.ServeHTTP(w, req)

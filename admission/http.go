@@ -5,9 +5,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/httpjson"
+	"github.com/oshun/egbe-edge/internal/opguard"
 	"github.com/oshun/egbe-edge/state"
 )
 
@@ -39,7 +42,7 @@ func (h *Handlers) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v3/lilith/launch", h.launch)
 	mux.HandleFunc("POST /api/v3/lilith/waitlist", h.waitlist)
 	mux.HandleFunc("GET /api/v3/lilith/waitlist/{id}", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusNotFound, map[string]any{"code": "not_found"})
+		httpjson.Write(w, http.StatusNotFound, map[string]any{"code": "not_found"})
 	})
 	if h.Room == nil {
 		return
@@ -47,6 +50,15 @@ func (h *Handlers) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/queue/join", h.join)
 	mux.HandleFunc("POST /api/v1/queue/status", h.status)
 	mux.HandleFunc("POST /api/v1/queue/leave", h.leave)
+	h.RegisterOperator(mux)
+}
+
+// RegisterOperator mounts only the operator routes (the edge mounts them on
+// its admin listener too, for the operator page).
+func (h *Handlers) RegisterOperator(mux *http.ServeMux) {
+	if h.Room == nil {
+		return
+	}
 	mux.HandleFunc("GET /api/v1/queue/state", h.operator(h.state))
 	mux.HandleFunc("POST /api/v1/queue/arm", h.operator(h.control("armed", state.OpArm, state.OpDisarm)))
 	mux.HandleFunc("POST /api/v1/queue/freeze", h.operator(h.control("frozen", state.OpFreeze, state.OpUnfreeze)))
@@ -54,31 +66,34 @@ func (h *Handlers) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/queue/rearm", h.operator(h.control("", state.OpRearm, state.OpRearm)))
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+// writeErr is writeFallbackErr with the room's fallback URL.
+func (h *Handlers) writeErr(w http.ResponseWriter, err error) {
+	fallback := FallbackURL
+	if h.Room != nil {
+		fallback = h.Room.fallback()
+	}
+	writeFallbackErr(w, err, fallback)
 }
 
-// writeErr maps package errors to HTTP answers.
-func writeErr(w http.ResponseWriter, err error) {
+// writeFallbackErr maps package errors to HTTP answers; the fail-closed
+// ones send the client to fallback.
+func writeFallbackErr(w http.ResponseWriter, err error, fallback string) {
 	var fe *FieldError
 	switch {
 	case errors.As(err, &fe):
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "field": fe.Field, "message": fe.Message})
+		httpjson.Write(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "field": fe.Field, "message": fe.Message})
 	case errors.Is(err, ErrBadRequest):
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "message": err.Error()})
+		httpjson.Write(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "message": err.Error()})
 	case errors.Is(err, ErrRoomLost), errors.Is(err, ErrOverflow), errors.Is(err, ErrWaitlistMode):
-		writeJSON(w, http.StatusServiceUnavailable, waitlistCapture(err))
+		httpjson.Write(w, http.StatusServiceUnavailable, waitlistCapture(err, fallback))
 	default:
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"code": "state_unavailable"})
+		httpjson.Write(w, http.StatusServiceUnavailable, map[string]any{"code": "state_unavailable"})
 	}
 }
 
 // waitlistCapture is the fail-closed answer: no admission, go to the
 // regional-waitlist capture.
-func waitlistCapture(err error) map[string]any {
+func waitlistCapture(err error, fallback string) map[string]any {
 	code := "waiting_room_state_lost"
 	switch {
 	case errors.Is(err, ErrOverflow):
@@ -86,13 +101,13 @@ func waitlistCapture(err error) map[string]any {
 	case errors.Is(err, ErrWaitlistMode):
 		code = "waiting_room_waitlist"
 	}
-	return map[string]any{"code": code, "tier": WaitlistTier, "waitlist": "/api/v3/lilith/waitlist", "fallbackUrl": FallbackURL}
+	return map[string]any{"code": code, "tier": WaitlistTier, "waitlist": "/api/v3/lilith/waitlist", "fallbackUrl": fallback}
 }
 
 func (h *Handlers) launch(w http.ResponseWriter, r *http.Request) {
 	req, err := DecodeLaunchRequest(r.Body, h.Policy.Launch.MaxPops)
 	if err != nil {
-		writeErr(w, err)
+		h.writeErr(w, err)
 		return
 	}
 	// The live fleet's candidates depend on the entitlement, which only a
@@ -103,14 +118,14 @@ func (h *Handlers) launch(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := h.Resolver.Resolve(r.Context(), req, paid)
 	if err != nil {
-		writeErr(w, err)
+		h.writeErr(w, err)
 		return
 	}
 	if out.Waitlist != nil {
-		writeJSON(w, http.StatusOK, out.Waitlist)
+		httpjson.Write(w, http.StatusOK, out.Waitlist)
 		return
 	}
-	writeJSON(w, http.StatusOK, out.Decision)
+	httpjson.Write(w, http.StatusOK, out.Decision)
 }
 
 // decodeStrict decodes a small JSON body, rejecting unknown fields.
@@ -133,28 +148,28 @@ type waitlistRequest struct {
 func (h *Handlers) waitlist(w http.ResponseWriter, r *http.Request) {
 	var req waitlistRequest
 	if err := decodeStrict(r.Body, &req); err != nil {
-		writeErr(w, err)
+		h.writeErr(w, err)
 		return
 	}
 	at := strings.IndexByte(req.Email, '@')
 	switch {
 	case len(req.Email) > 254 || at < 1 || at == len(req.Email)-1 || strings.ContainsAny(req.Email, " \t\r\n"):
-		writeErr(w, &FieldError{Field: "email", Message: "not an e-mail address"})
+		h.writeErr(w, &FieldError{Field: "email", Message: "not an e-mail address"})
 		return
 	case req.ClientRegion == "" || len(req.ClientRegion) > 32:
-		writeErr(w, &FieldError{Field: "clientRegion", Message: "required"})
+		h.writeErr(w, &FieldError{Field: "clientRegion", Message: "required"})
 		return
 	case req.Consent == nil:
-		writeErr(w, &FieldError{Field: "consent", Message: "required"})
+		h.writeErr(w, &FieldError{Field: "consent", Message: "required"})
 		return
 	}
 	if _, ok := h.Policy.Regions.Tenants[req.TenantID]; !ok {
-		writeErr(w, &FieldError{Field: "tenantId", Message: "unknown tenant"})
+		h.writeErr(w, &FieldError{Field: "tenantId", Message: "unknown tenant"})
 		return
 	}
 	// No consent, delivery, DSAR or lead store is configured: nothing is
 	// kept, and the answer says so.
-	writeJSON(w, http.StatusServiceUnavailable, map[string]any{"code": "regional_waitlist_not_configured", "emailStored": false})
+	httpjson.Write(w, http.StatusServiceUnavailable, map[string]any{"code": "regional_waitlist_not_configured", "emailStored": false})
 }
 
 // access verifies an optional bearer access token.
@@ -178,12 +193,12 @@ type joinRequest struct {
 func (h *Handlers) join(w http.ResponseWriter, r *http.Request) {
 	var req joinRequest
 	if err := decodeStrict(r.Body, &req); err != nil {
-		writeErr(w, err)
+		h.writeErr(w, err)
 		return
 	}
 	a, err := h.access(r)
 	if err != nil {
-		writeJSON(w, http.StatusUnauthorized, map[string]any{"code": "token_invalid"})
+		httpjson.Write(w, http.StatusUnauthorized, map[string]any{"code": "token_invalid"})
 		return
 	}
 	subject, region := "", req.ClientRegion
@@ -194,7 +209,7 @@ func (h *Handlers) join(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if region == "" {
-		writeErr(w, &FieldError{Field: "clientRegion", Message: "required"})
+		h.writeErr(w, &FieldError{Field: "clientRegion", Message: "required"})
 		return
 	}
 	if req.Lane == "" {
@@ -202,15 +217,15 @@ func (h *Handlers) join(w http.ResponseWriter, r *http.Request) {
 	}
 	if lane := h.Room.BypassLane(a, false); lane != "" {
 		h.Room.d.Metrics.bypassed(lane)
-		writeJSON(w, http.StatusOK, QueueStatus{Status: "bypass", Region: h.Room.PopRegion(region), FallbackURL: FallbackURL})
+		httpjson.Write(w, http.StatusOK, QueueStatus{Status: "bypass", Region: h.Room.PopRegion(region), FallbackURL: h.Room.fallback()})
 		return
 	}
 	st, err := h.Room.Join(r.Context(), subject, region, state.Lane(req.Lane))
 	if err != nil {
-		writeErr(w, err)
+		h.writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	httpjson.Write(w, http.StatusOK, st)
 }
 
 type ticketRequest struct {
@@ -220,11 +235,11 @@ type ticketRequest struct {
 func (h *Handlers) ticket(w http.ResponseWriter, r *http.Request) (string, bool) {
 	var req ticketRequest
 	if err := decodeStrict(r.Body, &req); err != nil {
-		writeErr(w, err)
+		h.writeErr(w, err)
 		return "", false
 	}
 	if req.Ticket == "" {
-		writeErr(w, &FieldError{Field: "ticket", Message: "required"})
+		h.writeErr(w, &FieldError{Field: "ticket", Message: "required"})
 		return "", false
 	}
 	return req.Ticket, true
@@ -237,10 +252,10 @@ func (h *Handlers) status(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := h.Room.Status(r.Context(), tok)
 	if err != nil {
-		writeErr(w, err)
+		h.writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	httpjson.Write(w, http.StatusOK, st)
 }
 
 func (h *Handlers) leave(w http.ResponseWriter, r *http.Request) {
@@ -249,45 +264,64 @@ func (h *Handlers) leave(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, err := h.Room.Leave(r.Context(), tok); err != nil {
-		writeErr(w, err)
+		h.writeErr(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// operator wraps a route that needs an access token with the operator role.
+// operator wraps a route that needs an operator: the edge's one operator
+// scheme (internal/opguard), a bearer access token with the operator role
+// and no cross-site browser request.
 func (h *Handlers) operator(next func(http.ResponseWriter, *http.Request, *auth.Access)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		a, err := h.access(r)
-		if err != nil || a == nil {
-			writeJSON(w, http.StatusUnauthorized, map[string]any{"code": "token_invalid"})
-			return
-		}
-		if !a.HasRole("operator") {
-			writeJSON(w, http.StatusForbidden, map[string]any{"code": "operator_role_required"})
-			return
-		}
-		next(w, r, a)
-	}
+	return opguard.RequireOperator(h.Signer, func(w http.ResponseWriter, r *http.Request, a auth.Access) { next(w, r, &a) })
 }
 
 func (h *Handlers) state(w http.ResponseWriter, r *http.Request, _ *auth.Access) {
 	m, err := h.Room.d.Queue.Meta(r.Context())
 	if err != nil {
-		writeErr(w, mapStateErr(err))
+		h.writeErr(w, mapStateErr(err))
 		return
 	}
 	out := metaJSON(m)
 	if h.Surge != nil {
 		st, err := h.Surge.State(r.Context())
 		if err != nil {
-			writeErr(w, err)
+			h.writeErr(w, err)
 			return
 		}
 		out["surge"] = map[string]any{"at": st.At, "leader": st.Leader, "applied": st.Applied, "since": st.Since,
 			"ceilingPerMinute": st.Ceiling, "paged": st.Paged}
 	}
-	writeJSON(w, http.StatusOK, out)
+	out["rates"] = h.rates(m.Halved)
+	httpjson.Write(w, http.StatusOK, out)
+}
+
+// rates is what the room would admit now: the global bucket (clamped to
+// downstream health, halved by the operator's halve), the signup bucket,
+// and per POP region its bucket after the utilisation ladder, with its line
+// as this edge last observed it (depth, median wait in seconds; -1:
+// nothing drains).
+func (h *Handlers) rates(halved bool) map[string]any {
+	depth, wait := h.Room.Lines()
+	names := make([]string, 0, len(h.Room.p.Regions))
+	for reg := range h.Room.p.Regions {
+		names = append(names, reg)
+	}
+	slices.Sort(names)
+	global, _ := h.Room.Rates(h.Room.p.DefaultRegion)
+	regions := make(map[string]any, len(names))
+	for _, reg := range names {
+		rt, lad := h.Room.Rates(reg)
+		regions[reg] = map[string]any{"perMinute": rt.RegionPerMin, "burst": rt.RegionBurst,
+			"pxstreamAllowed": rt.PxstreamAllowed, "frozen": lad.Frozen, "depth": depth[reg], "medianWaitSeconds": wait[reg]}
+	}
+	perMin := global.GlobalPerMin
+	if halved {
+		perMin /= 2
+	}
+	return map[string]any{"globalPerMinute": perMin, "globalBurst": global.GlobalBurst,
+		"signupPerMinute": h.Room.p.Signup.PerMinute, "regions": regions}
 }
 
 func metaJSON(m state.Meta) map[string]any {
@@ -310,14 +344,14 @@ func (h *Handlers) control(field string, on, off state.Op) func(http.ResponseWri
 	return func(w http.ResponseWriter, r *http.Request, a *auth.Access) {
 		var req controlRequest
 		if err := decodeStrict(r.Body, &req); err != nil {
-			writeErr(w, err)
+			h.writeErr(w, err)
 			return
 		}
 		op := on
 		if field != "" {
 			v := map[string]*bool{"armed": req.Armed, "frozen": req.Frozen, "halved": req.Halved}[field]
 			if v == nil {
-				writeErr(w, &FieldError{Field: field, Message: "required"})
+				h.writeErr(w, &FieldError{Field: field, Message: "required"})
 				return
 			}
 			if !*v {
@@ -330,9 +364,9 @@ func (h *Handlers) control(field string, on, off state.Op) func(http.ResponseWri
 		}
 		m, err := h.Room.Control(r.Context(), op, region, a.Subject, req.Reason)
 		if err != nil {
-			writeErr(w, err)
+			h.writeErr(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, metaJSON(m))
+		httpjson.Write(w, http.StatusOK, metaJSON(m))
 	}
 }

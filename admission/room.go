@@ -54,6 +54,8 @@ type RoomDeps struct {
 	Now         func() time.Time // nil: time.Now
 	Metrics     *Metrics
 	Logger      *slog.Logger // nil: slog.Default
+	// FallbackURL is the Tier-2 exit the room offers ("": FallbackURL).
+	FallbackURL string
 }
 
 // Room is the virtual waiting room.
@@ -301,8 +303,18 @@ type QueueStatus struct {
 	FallbackFirst        bool   `json:"fallbackFirst"`
 }
 
-// FallbackURL is the no-penalty Tier-2 exit offered on the queue page.
+// FallbackURL is the default no-penalty Tier-2 exit offered on the queue
+// page and in every fail-closed answer (RoomDeps.FallbackURL replaces it).
+// The demo page serves it.
 const FallbackURL = "/?surface=fallback"
+
+// fallback is the Tier-2 exit this room offers.
+func (r *Room) fallback() string {
+	if r.d.FallbackURL != "" {
+		return r.d.FallbackURL
+	}
+	return FallbackURL
+}
 
 func newTicketID() string {
 	b := make([]byte, 16)
@@ -322,7 +334,7 @@ func (r *Room) Join(ctx context.Context, subject, clientRegion string, lane stat
 		return QueueStatus{}, err
 	}
 	if !m.Armed(region) {
-		return QueueStatus{Status: "open", Region: region, FallbackURL: FallbackURL}, nil
+		return QueueStatus{Status: "open", Region: region, FallbackURL: r.fallback()}, nil
 	}
 	if m.Waitlist {
 		// The abort ladder stopped quoting waits we cannot honour.
@@ -388,7 +400,7 @@ func (r *Room) answer(q auth.QueueTicket, lane state.Lane, pos state.Position, r
 	wait := r.observe(q.Region, pos.Depth, pos.DrainPerMin)
 	r.d.Metrics.queue(q.Region, pos.Depth, pos.DrainPerMin, wait)
 	out := QueueStatus{Status: string(pos.Status), Region: q.Region, Depth: pos.Depth, DrainPerMinute: pos.DrainPerMin,
-		FallbackURL: FallbackURL, FallbackFirst: lad.FallbackFirst}
+		FallbackURL: r.fallback(), FallbackFirst: lad.FallbackFirst}
 	switch pos.Status {
 	case state.StatusGone:
 		return out, nil

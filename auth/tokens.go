@@ -26,6 +26,11 @@ type Access struct {
 	ExpiresAt   time.Time `json:"-"`
 }
 
+// RoleOperator is the role of the people who run the fleet: the admin
+// listener's changes (session revokes) and the waiting room's operator API
+// need an access token that grants it.
+const RoleOperator = "operator"
+
 // HasRole reports whether the token grants role.
 func (a Access) HasRole(role string) bool {
 	for _, r := range a.Roles {

@@ -33,6 +33,16 @@ type Target struct {
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once cmd has been reaped (started edges only)
+	log    *edgeLogTail  // the started edge's stderr, its last bytes
+}
+
+// EdgeLog is the end of a started edge's log (stderr), which is kept out
+// of the bench's own output.
+func (t *Target) EdgeLog() string {
+	if t.log == nil {
+		return ""
+	}
+	return t.log.String()
 }
 
 // freePort asks the kernel for a free TCP port that is also free on UDP.
@@ -117,16 +127,17 @@ func startEdgeOnce(ctx context.Context, o EdgeOptions) (*Target, error) {
 		cmd.Env = append(os.Environ(), o.Env...)
 	}
 	cmd.Stdout = io.Discard
-	cmd.Stderr = os.Stderr
+	logTail := newEdgeLogTail()
+	cmd.Stderr = logTail
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	t := &Target{HTTPBase: "http://" + addr(ports[0]), H3Base: "https://" + addr(ports[1]), AdminBase: "http://" + addr(ports[4]),
-		StreamerWS: addr(ports[3]), PlayerWS: addr(ports[5]), SFUWS: addr(ports[6]), PID: cmd.Process.Pid, cmd: cmd, exited: make(chan struct{})}
+		StreamerWS: addr(ports[3]), PlayerWS: addr(ports[5]), SFUWS: addr(ports[6]), PID: cmd.Process.Pid, cmd: cmd, exited: make(chan struct{}), log: logTail}
 	go func() { _ = cmd.Wait(); close(t.exited) }()
 	if err := t.waitReady(ctx); err != nil {
 		t.Stop()
-		return nil, err
+		return nil, fmt.Errorf("%w; the edge's log ends:\n%s", err, logTail)
 	}
 	return t, t.loadCertHash(ctx)
 }

@@ -101,7 +101,7 @@ func (e *Edge) buildAdmission() error {
 	}
 	clamp := &admission.HealthClamp{}
 	deps := admission.RoomDeps{Queue: queue, Signer: e.signer, Utilisation: fleet, Health: clamp, Audit: audit,
-		Now: now, Metrics: m, Logger: e.base}
+		Now: now, Metrics: m, Logger: e.base, FallbackURL: e.cfg.FallbackURL}
 	if events != nil {
 		deps.Prewarm = events // booked attendees inside their window ride the pre-warm lane
 	}

@@ -124,8 +124,8 @@ func startProdEdge(t *testing.T, mutate func(*Config)) *testEdge {
 	shardAddr := startRefShard(t)
 	return startEdge(t, chain(func(c *Config) {
 		c.Mode = ModeProd
-		c.JWTSecret = strings.Repeat("k", 32)
-		c.TURNSecret = strings.Repeat("t", 32)
+		c.JWTSecret = testJWTSecret
+		c.TURNSecret = testTURNSecret
 		c.DevShard = false
 		c.PxstreamAuth = "token"
 		c.TLSCert, c.TLSKey = writeTestCert(t)
@@ -138,9 +138,9 @@ func startProdEdge(t *testing.T, mutate func(*Config)) *testEdge {
 // Streaming without tokens unless a flag says, by name, it is insecure.
 func TestProdRefusesPxstreamAuthNone(t *testing.T) {
 	cert, key := writeTestCert(t)
-	env := []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + strings.Repeat("s", 32), "EGBE_TURN_SECRET=" + strings.Repeat("t", 32)}
-	base := []string{"--tls-cert", cert, "--tls-key", key, "--pxstream-auth", "none", "--turn", "127.0.0.1:0", "--http", "127.0.0.1:0", "--https", "127.0.0.1:0",
-		"--ice-udp", "127.0.0.1:0", "--streamer-ws", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--sfu-ws", "127.0.0.1:0"}
+	env := []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + testJWTSecret, "EGBE_TURN_SECRET=" + testTURNSecret}
+	base := []string{"--tls-cert", cert, "--tls-key", key, "--pxstream-auth", "none", "--http", "127.0.0.1:0", "--https", "127.0.0.1:0",
+		"--ice-udp", "127.0.0.1:0", "--streamer-ws", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--turn", "127.0.0.1:0", "--sfu-ws", "127.0.0.1:0"}
 	cfg, err := Load(base, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -260,8 +260,8 @@ func TestReadyzFollowsState(t *testing.T) {
 	// Prod with no shard at all: nothing to serve.
 	prod := startEdgeUnready(t, func(c *Config) {
 		c.Mode = ModeProd
-		c.JWTSecret = strings.Repeat("k", 32)
-		c.TURNSecret = strings.Repeat("t", 32)
+		c.JWTSecret = testJWTSecret
+		c.TURNSecret = testTURNSecret
 		c.DevShard = false
 		c.PxstreamAuth = "token"
 		c.TLSCert, c.TLSKey = writeTestCert(t)

@@ -204,15 +204,22 @@ func TestDemoVoiceAcrossEdges(t *testing.T) {
 	}
 }
 
-// TestOpsPageRendersCharts: the operator page draws its charts from live
-// metrics in headless Chromium; the screenshot goes to artifacts/.
-func TestOpsPageRendersCharts(t *testing.T) {
+// TestOpsPage: the operator page in headless Chromium, as an operator
+// uses it. On a dev edge it mints its own operator token, draws its charts
+// from live metrics (time axes, whole numbers for counts, series told
+// apart by dash and marker), drives the waiting room with its buttons
+// (arm, freeze, unfreeze, halve, arm a region) and revokes a live session
+// from its row; on a prod edge it asks for a token and takes a pasted one.
+// The edges' own APIs confirm every change. The screenshot goes to
+// artifacts/.
+func TestOpsPage(t *testing.T) {
 	te := startEdge(t, func(c *Config) { c.DevStreamers = 1 })
-	// Some traffic so the charts have something to show.
+	prod := startProdEdge(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c := te.dial(t, "websocket", false)
-	if _, err := c.Hello(ctx, helloFor(te.devToken(t, "operator-watch"))); err != nil {
+	h, err := c.Hello(ctx, helloFor(te.devToken(t, "operator-watch")))
+	if err != nil {
 		t.Fatal(err)
 	}
 	dir, err := filepath.Abs(filepath.Join("..", "artifacts"))
@@ -224,21 +231,30 @@ func TestOpsPageRendersCharts(t *testing.T) {
 	}
 	shot := filepath.Join(dir, "ops-dashboard.png")
 	var r struct {
-		OK       bool            `json:"ok"`
-		Polls    int             `json:"polls"`
-		Charts   int             `json:"charts"`
-		WithData int             `json:"withData"`
-		Detail   json.RawMessage `json:"detail"`
-		Errors   []string        `json:"errors"`
+		OK     bool           `json:"ok"`
+		Error  string         `json:"error"`
+		Region string         `json:"region"`
+		Steps  map[string]any `json:"steps"`
 	}
-	runNode(t, "ops.mjs", 90*time.Second, &r, "http://"+te.addrs.Admin, shot)
+	runNode(t, "opscontrols.mjs", 150*time.Second, &r, "http://"+te.addrs.Admin, h.GetSessionId(), shot,
+		"http://"+prod.addrs.Admin, prod.operator(t))
 	if !r.OK {
-		t.Fatalf("operator page: %+v %s", r, r.Detail)
+		t.Fatalf("operator page: %s; steps %v", r.Error, r.Steps)
 	}
-	if st, err := os.Stat(shot); err != nil || st.Size() < 10_000 {
+	st := te.queueState(t)
+	regions, _ := st["armedRegions"].([]any)
+	if st["armedGlobal"] != true || st["halved"] != true || st["frozen"] != false || len(regions) != 1 {
+		t.Fatalf("the room after the page's clicks: %v (region %s)", st, r.Region)
+	}
+	if _, live := te.rt.gw.Session(h.GetSessionId()); live {
+		t.Fatal("the session revoked on the page is still live")
+	}
+	if st := prod.queueState(t); st["armedGlobal"] != true {
+		t.Fatalf("the prod room after the page's arm: %v", st)
+	}
+	if fi, err := os.Stat(shot); err != nil || fi.Size() < 10_000 {
 		t.Fatalf("screenshot %s: %v", shot, err)
 	}
-	t.Logf("operator page: %d charts, %d with data; screenshot %s", r.Charts, r.WithData, shot)
 }
 
 // TestQueuePage: with the waiting room armed, the queue page joins the

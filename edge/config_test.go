@@ -116,13 +116,13 @@ func TestProdRefusals(t *testing.T) {
 	}{
 		{"no secret no tls", []string{"EGBE_MODE=prod"}, nil, "EGBE_JWT_SECRET"},
 		{"short secret", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=short"}, []string{"--tls-cert", "c", "--tls-key", "k"}, "EGBE_JWT_SECRET"},
-		{"no tls", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + strings.Repeat("s", 32)}, nil, "--tls-cert"},
-		{"dev shard forced", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + strings.Repeat("s", 32)}, []string{"--tls-cert", "c", "--tls-key", "k", "--dev-shard"}, "dev shard"},
-		{"no turn secret", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + strings.Repeat("s", 32)}, []string{"--tls-cert", "c", "--tls-key", "k"}, "EGBE_TURN_SECRET"},
-		{"short turn secret", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + strings.Repeat("s", 32), "EGBE_TURN_SECRET=short"}, []string{"--tls-cert", "c", "--tls-key", "k"}, "EGBE_TURN_SECRET"},
-		{"turn-url needs the secret", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + strings.Repeat("s", 32)}, []string{"--tls-cert", "c", "--tls-key", "k", "--turn", "", "--turn-url", "turn:coturn.example.net:3478"}, "EGBE_TURN_SECRET"},
-		{"ok", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + strings.Repeat("s", 32), "EGBE_TURN_SECRET=" + strings.Repeat("t", 16)}, []string{"--tls-cert", "c", "--tls-key", "k"}, ""},
-		{"ok without turn", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + strings.Repeat("s", 32), "EGBE_TURN="}, []string{"--tls-cert", "c", "--tls-key", "k"}, ""},
+		{"no tls", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + testJWTSecret}, nil, "--tls-cert"},
+		{"dev shard forced", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + testJWTSecret}, []string{"--tls-cert", "c", "--tls-key", "k", "--dev-shard"}, "dev shard"},
+		{"no turn secret", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + testJWTSecret}, []string{"--tls-cert", "c", "--tls-key", "k"}, "EGBE_TURN_SECRET"},
+		{"short turn secret", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + testJWTSecret, "EGBE_TURN_SECRET=short"}, []string{"--tls-cert", "c", "--tls-key", "k"}, "EGBE_TURN_SECRET"},
+		{"turn-url needs the secret", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + testJWTSecret}, []string{"--tls-cert", "c", "--tls-key", "k", "--turn", "", "--turn-url", "turn:coturn.example.net:3478"}, "EGBE_TURN_SECRET"},
+		{"ok", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + testJWTSecret, "EGBE_TURN_SECRET=" + testTURNSecret}, []string{"--tls-cert", "c", "--tls-key", "k"}, ""},
+		{"ok without turn", []string{"EGBE_MODE=prod", "EGBE_JWT_SECRET=" + testJWTSecret, "EGBE_TURN="}, []string{"--tls-cert", "c", "--tls-key", "k"}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"strconv"
 	"strings"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
@@ -147,6 +145,9 @@ func New(cfg Config, log *slog.Logger) (e *Edge, err error) {
 	if len(secret) == 0 {
 		secret = auth.RandomSecret()
 		e.log.Warn("!!! EGBE_JWT_SECRET is not set: using a random JWT secret. Tokens will not survive a restart and no other edge can verify them. Never run like this in production. !!!")
+	}
+	if cfg.Mode == ModeProd && cfg.LinkToken == "" {
+		e.log.Warn("EGBE_LINK_TOKEN is not set: shard links run unauthenticated; set it to the shards' egbe-shard --token")
 	}
 	if e.signer, err = auth.New(secret, cfg.clock()); err != nil {
 		return nil, err
@@ -314,28 +315,6 @@ func (e *Edge) mountCommon() {
 	}
 }
 
-func (e *Edge) adminMux() *http.ServeMux {
-	m := http.NewServeMux()
-	m.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{Registry: e.reg}))
-	m.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	m.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if reasons := e.unready(); len(reasons) > 0 {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unready", "reasons": reasons})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
-	m.HandleFunc("/debug/pprof/", pprof.Index)
-	m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	m.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	m.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	e.mountOps(m)
-	return m
-}
-
 // Ready reports readiness: serving, not draining, the shared state in
 // reach, the waiting room not failed closed, a shard to serve (see
 // readiness.go).
@@ -374,21 +353,20 @@ func (e *Edge) Run(ctx context.Context) error {
 	mainHandler := e.withAltSvc(e.mainMux)
 	serve(e.httpLn, mainHandler, false)
 	serve(e.httpsLn, mainHandler, true)
-	serve(e.adminLn, e.adminMux(), false)
+	serve(e.adminLn, e.adminHandler(), false)
 	e.serveExtra(serve)
 	for _, run := range e.runners {
 		g.Go(func() error { return run(gctx) })
 	}
 	g.Go(func() error { return e.runReadiness(gctx) })
 	e.ready.Store(true)
-	e.log.Info("egbe-edge serving", "mode", e.cfg.Mode, "addrs", fmt.Sprintf("%+v", e.Addrs()))
-	if e.cfg.Mode == ModeDev && e.httpLn != nil {
-		e.log.Info("demo page: http://localhost:"+strconv.Itoa(portOf(e.httpLn.Addr().String()))+"/", "ops", "http://"+e.adminLn.Addr().String()+"/ops/")
-	}
+	e.logStartup()
 
 	<-gctx.Done()
 	// Readiness goes first so load balancers stop sending new clients.
 	e.ready.Store(false)
+	e.log.Info("draining: readiness off, Drain to every session", "sessions", e.rt.gw.Sessions(),
+		"drain_window", time.Duration(e.cfg.DrainWindow))
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	for _, drain := range e.drainers {
@@ -403,6 +381,9 @@ func (e *Edge) Run(ctx context.Context) error {
 	e.closeAll()
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		err = nil
+	}
+	if err == nil {
+		e.log.Info("stopped")
 	}
 	return err
 }

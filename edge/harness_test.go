@@ -19,6 +19,13 @@ type testEdge struct {
 	done   chan error
 }
 
+// Secrets for prod-mode tests: random text, as prod requires (a repeated
+// letter is refused as low-entropy).
+const (
+	testJWTSecret  = "q7Vb2KxN9rT4mWz8Lc1Hs6Pd3Yf0Ga5Je2Ru7Xo9Ik4Bn"
+	testTURNSecret = "Zt3Mw8Qe1Ra6Ly4Kp0Vs"
+)
+
 // testConfig is dev mode on 127.0.0.1:0 everywhere.
 func testConfig() Config {
 	cfg := Default()

@@ -11,28 +11,18 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/httpjson"
 	"github.com/oshun/egbe-edge/transport"
 )
 
 // maxJSONBody bounds the small JSON bodies the edge's own endpoints read.
 const maxJSONBody = 16 << 10
 
-// writeJSON writes v with status.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
 // apiError is the body of every refusal from the edge's own endpoints.
-type apiError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+type apiError = httpjson.Error
 
 func writeError(w http.ResponseWriter, status int, code, format string, args ...any) {
-	writeJSON(w, status, apiError{Code: code, Message: fmt.Sprintf(format, args...)})
+	httpjson.WriteError(w, status, code, fmt.Sprintf(format, args...))
 }
 
 // decodeJSON strictly decodes a bounded JSON body into v.
@@ -67,7 +57,7 @@ func certHashHandler(hash [32]byte, notAfter time.Time) http.HandlerFunc {
 			return
 		}
 		w.Header().Set("Access-Control-Allow-Origin", "*")
-		writeJSON(w, http.StatusOK, body)
+		httpjson.Write(w, http.StatusOK, body)
 	}
 }
 
@@ -112,7 +102,7 @@ func devTokenHandler(signer *auth.Signer) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, "bad_request", "%v", err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"token": tok})
+		httpjson.Write(w, http.StatusOK, map[string]string{"token": tok})
 	}
 }
 

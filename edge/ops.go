@@ -13,6 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/httpjson"
+	"github.com/oshun/egbe-edge/internal/opguard"
 	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/web"
 )
@@ -149,7 +152,8 @@ func gatherOps(g prometheus.Gatherer) (map[string][]opsSample, error) {
 func (e *Edge) mountOps(m *http.ServeMux) {
 	m.Handle("/ops/", http.StripPrefix("/ops/", http.FileServerFS(web.Ops())))
 	m.HandleFunc("/ops", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ops/", http.StatusFound) })
-	m.HandleFunc("POST /ops/sessions/{session_id}/revoke", e.revokeSession)
+	m.HandleFunc("POST /ops/sessions/{session_id}/revoke", opguard.RequireOperator(e.signer, e.revokeSession))
+	m.HandleFunc("GET /ops/sessions", opguard.RequireOperator(e.signer, e.liveSessions))
 	m.HandleFunc("/ops/sessions/{session_id}/revoke", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
 	})
@@ -162,7 +166,7 @@ func (e *Edge) mountOps(m *http.ServeMux) {
 				writeError(w, http.StatusServiceUnavailable, "state_unavailable", "fleet figures: %v", err)
 				return
 			}
-			writeJSON(w, http.StatusOK, opsSnapshot{TS: time.Now().UnixMilli(), Families: fams, Fleet: &fleetSummary{Edges: edges}})
+			httpjson.Write(w, http.StatusOK, opsSnapshot{TS: time.Now().UnixMilli(), Families: fams, Fleet: &fleetSummary{Edges: edges}})
 			return
 		}
 		fams, err := gatherOps(e.reg)
@@ -170,8 +174,39 @@ func (e *Edge) mountOps(m *http.ServeMux) {
 			writeError(w, http.StatusInternalServerError, "internal", "%v", err)
 			return
 		}
-		writeJSON(w, http.StatusOK, opsSnapshot{TS: time.Now().UnixMilli(), Families: fams})
+		httpjson.Write(w, http.StatusOK, opsSnapshot{TS: time.Now().UnixMilli(), Families: fams})
 	})
+}
+
+// opsSession is one live session in GET /ops/sessions.
+type opsSession struct {
+	SessionID string `json:"session_id"`
+	Subject   string `json:"subject"`
+	Tenant    string `json:"tenant,omitempty"`
+	Instance  string `json:"instance"`
+	Shard     string `json:"shard"`
+	Transport string `json:"transport"`
+}
+
+// opsSessionsResponse answers GET /ops/sessions.
+type opsSessionsResponse struct {
+	Total    int          `json:"total"` // live on this edge; the list stops at maxOpsSessions
+	Sessions []opsSession `json:"sessions"`
+}
+
+// maxOpsSessions bounds the operator page's session table.
+const maxOpsSessions = 500
+
+// liveSessions serves GET /ops/sessions (operator): this edge's live
+// sessions, for the operator page's table and its revoke buttons.
+func (e *Edge) liveSessions(w http.ResponseWriter, _ *http.Request, _ auth.Access) {
+	list, total := e.rt.gw.LiveSessions(maxOpsSessions)
+	out := opsSessionsResponse{Total: total, Sessions: make([]opsSession, len(list))}
+	for i, s := range list {
+		out.Sessions[i] = opsSession{SessionID: s.ID, Subject: s.Subject, Tenant: s.Access.Tenant, Instance: s.InstanceID,
+			Shard: s.ShardID, Transport: s.Transport}
+	}
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // revokeRequest is the optional body of POST /ops/sessions/{id}/revoke.
@@ -198,7 +233,7 @@ const (
 // lifetime (shard.Gateway.Revoke), and the session ends at once if it is
 // live anywhere (here at once; elsewhere on the Redis notice, or at that
 // edge's next pin refresh). Audited.
-func (e *Edge) revokeSession(w http.ResponseWriter, r *http.Request) {
+func (e *Edge) revokeSession(w http.ResponseWriter, r *http.Request, op auth.Access) {
 	id := r.PathValue("session_id")
 	if !validSessionID(id) {
 		writeError(w, http.StatusBadRequest, "bad_request", "session id must be 1-%d of [A-Za-z0-9_.:-]", maxSessionID)
@@ -212,7 +247,7 @@ func (e *Edge) revokeSession(w http.ResponseWriter, r *http.Request) {
 	log := e.logFor("ops")
 	until, here, err := e.rt.gw.Revoke(r.Context(), id)
 	if err != nil {
-		log.Warn("audit: session revoke failed", "session", id, "reason", req.Reason, "remote", r.RemoteAddr, "err", err)
+		log.Warn("audit: session revoke failed", "session", id, "operator", op.Subject, "reason", req.Reason, "remote", r.RemoteAddr, "err", err)
 		switch {
 		case errors.Is(err, state.ErrUnavailable):
 			writeError(w, http.StatusServiceUnavailable, "state_unavailable", "revocations unavailable; nothing was revoked")
@@ -223,9 +258,9 @@ func (e *Edge) revokeSession(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	log.Info("audit: session revoked", "session", id, "reason", req.Reason, "revoked_until", until,
+	log.Info("audit: session revoked", "session", id, "operator", op.Subject, "reason", req.Reason, "revoked_until", until,
 		"closed_here", here, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, revokeResponse{SessionID: id, RevokedUntil: until.UTC(), ClosedHere: here})
+	httpjson.Write(w, http.StatusOK, revokeResponse{SessionID: id, RevokedUntil: until.UTC(), ClosedHere: here})
 }
 
 // decodeRevoke strictly decodes the optional, bounded body of a revoke: no

@@ -56,12 +56,6 @@ func (e *Edge) buildPlayerPage() error {
 			}
 		}
 	}
-	if e.cfg.DevStreamers > 0 && e.httpLn != nil {
-		e.log.Info("watch the dev streamers: http://localhost:" + strconv.Itoa(portOf(e.httpLn.Addr().String())) + playerPagePrefix)
-		if e.playerLn != nil {
-			e.log.Info("or Epic-style on the player port: http://localhost:" + strconv.Itoa(portOf(e.playerLn.Addr().String())) + "/")
-		}
-	}
 	return nil
 }
 

@@ -127,7 +127,7 @@ func TestPlayerPageServed(t *testing.T) {
 // TestPlayerPageTokenSettings: in prod token mode the page carries no dev
 // token endpoint.
 func TestPlayerPageTokenSettings(t *testing.T) {
-	te := startProdEdge(t, nil)
+	te := startProdEdge(t, nil) // prod is ready only with a shard to serve
 	_, _, body := get(t, te.httpURL("/pxstream/"))
 	if s := pageSettingsOf(t, body); s != (playerPageSettings{Auth: "token", Signalling: "/v6/pxstream/signalling", Match: "/api/v6/pxstream/match"}) {
 		t.Errorf("settings %+v", s)
@@ -258,7 +258,7 @@ func freeTCPUDPPort(t *testing.T) int {
 // matches with it and plays the leased streamer (a synthetic UE worker
 // registered with a streamer token, as prod requires).
 func TestPlayerPageProdAccessToken(t *testing.T) {
-	te := startProdEdge(t, nil)
+	te := startProdEdge(t, nil) // prod is ready only with a shard to serve
 	stTok, err := te.Signer().IssueStreamer(auth.Streamer{StreamerID: "ProdStreamer", POP: devStreamerPOP, Codecs: []string{"H264"}}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -287,18 +287,19 @@ func TestPlayerPageProdAccessToken(t *testing.T) {
 }
 
 // TestDevStreamersLogWhereToWatch: with --dev-streamers the start-up log
-// names the player page.
+// names the player page where they play, with its URL.
 func TestDevStreamersLogWhereToWatch(t *testing.T) {
 	cfg := testConfig()
 	cfg.DevStreamers = 1
-	var buf bytes.Buffer
-	e, err := New(cfg, slog.New(slog.NewTextHandler(&buf, nil)))
+	buf := &lockedBuffer{}
+	e, err := New(cfg, slog.New(slog.NewTextHandler(buf, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.closeAll()
-	port := strconv.Itoa(portOf(e.httpLn.Addr().String()))
-	if !strings.Contains(buf.String(), "watch the dev streamers: http://localhost:"+port+"/pxstream/") {
-		t.Fatalf("start-up log:\n%s", buf.String())
-	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	want := "url=http://" + e.httpLn.Addr().String() + "/pxstream/"
+	waitUntil(t, 20*time.Second, "the player page's start-up line", func() bool { return strings.Contains(buf.String(), want) })
 }

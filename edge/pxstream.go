@@ -42,6 +42,7 @@ func (e *Edge) buildPxstream() error {
 	fleet := &matchmaker.RegistryFleet{}
 	mcfg := matchmaker.Default()
 	mcfg.RequireAccessToken = e.cfg.Mode == ModeProd
+	mcfg.FallbackURL = e.cfg.FallbackURL
 	mm, err := matchmaker.New(mcfg, matchmaker.Deps{
 		Fleet: fleet, Signer: e.signer, Topology: topo, Admitter: e.pxAdmitter,
 		Logger: e.base, Registerer: e.reg, Now: e.cfg.clock(),

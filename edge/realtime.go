@@ -63,6 +63,7 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 	scfg := shard.DefaultConfig()
 	scfg.DrainWindow = time.Duration(e.cfg.DrainWindow)
 	scfg.EdgeID = e.edgeID
+	scfg.LinkToken = e.cfg.LinkToken
 	for name, addr := range e.cfg.Shards {
 		scfg.Shards[name] = addr
 	}
@@ -73,7 +74,7 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 	if e.cfg.DevShard {
 		sim, err := shardsim.Start(ctx, shardsim.Config{
 			Listen: "127.0.0.1:0", ShardID: DevShardName, Instances: e.cfg.DevInstances,
-			Agents: e.cfg.DevShardAgents, Logger: e.logFor("dev-shard"),
+			Agents: e.cfg.DevShardAgents, Logger: e.logFor("dev-shard"), LinkToken: e.cfg.LinkToken,
 		})
 		if err != nil {
 			return fmt.Errorf("dev shard: %w", err)
@@ -162,7 +163,13 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 	e.runners = append(e.runners, gw.Run)
 	if e.h3Conn != nil {
 		e.runners = append(e.runners, func(ctx context.Context) error {
-			return rt.wt.Serve(ctx, e.h3Conn, e.tlsConf.Clone(), e.withAltSvc(e.mainMux))
+			err := rt.wt.Serve(ctx, e.h3Conn, e.tlsConf.Clone(), e.withAltSvc(e.mainMux))
+			if errors.Is(err, transport.ErrShuttingDown) {
+				// A signal during start-up: the drain shut WebTransport down
+				// before it served; there was nothing to serve.
+				return nil
+			}
+			return err
 		})
 	}
 	// Drain order: sessions get Drain while transports still carry it,

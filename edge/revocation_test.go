@@ -21,7 +21,10 @@ func (te *testEdge) revoke(t *testing.T, sessionID string, body []byte) (int, []
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	resp, err := http.Post(te.adminURL("/ops/sessions/"+sessionID+"/revoke"), "application/json", rd)
+	req, _ := http.NewRequest(http.MethodPost, te.adminURL("/ops/sessions/"+sessionID+"/revoke"), rd)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+te.operator(t))
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

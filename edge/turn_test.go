@@ -173,7 +173,7 @@ func TestEdgeTURN(t *testing.T) {
 // TestEdgeTURNProdRefusesLoopback: in prod mode a relay to a loopback
 // peer is refused and counted.
 func TestEdgeTURNProdRefusesLoopback(t *testing.T) {
-	te := startProdEdge(t, nil)
+	te := startProdEdge(t, nil) // prod is ready only with a shard to serve
 	s := te.iceServers("alice", time.Hour, "127.0.0.1").ICEServers[0]
 	relay, err := turnAllocate(t, s.URLs[0], s.Username, s.Credential)
 	if err != nil {

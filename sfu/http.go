@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/httpjson"
 )
 
 // maxBodyBytes bounds a join/leave body (the SDP offer dominates).
@@ -75,14 +76,7 @@ func (s *SFU) writeError(w http.ResponseWriter, err error) {
 	if re, ok := errors.AsType[*RoomElsewhereError](err); ok {
 		body.EdgeID, body.EdgeURL = re.Holder.EdgeID, re.Holder.URL
 	}
-	writeJSON(w, status, body)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	httpjson.Write(w, status, body)
 }
 
 func (s *SFU) authorize(r *http.Request) (auth.Access, error) {
@@ -138,7 +132,7 @@ func (s *SFU) handleJoin(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, JoinResponse{VoicePeerID: p.id, SDP: answer, Slots: len(p.slots)})
+	httpjson.Write(w, http.StatusCreated, JoinResponse{VoicePeerID: p.id, SDP: answer, Slots: len(p.slots)})
 }
 
 func (s *SFU) handleLeave(w http.ResponseWriter, r *http.Request) {

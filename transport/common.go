@@ -2,10 +2,11 @@ package transport
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
+
+	"github.com/oshun/egbe-edge/internal/httpjson"
 )
 
 // ending is the end-of-connection state every Conn shares: Done's channel
@@ -35,16 +36,10 @@ func (e *ending) reason() error { return e.err }
 
 // httpError is the typed JSON body of every 4xx/5xx this package answers,
 // matching the wire Error's code/message shape.
-type httpError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+type httpError = httpjson.Error
 
 func writeHTTPError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(httpError{Code: code, Message: msg})
+	httpjson.WriteError(w, status, code, msg)
 }
 
 // bufPool is a sync.Pool of fixed-size byte slices, used as gorilla's

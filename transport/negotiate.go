@@ -2,7 +2,6 @@ package transport
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/httpjson"
 )
 
 // NegotiateConfig says which transports the edge offers and where.
@@ -171,7 +171,5 @@ func (n *Negotiate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, o := range offers {
 		resp.FallbackChain = append(resp.FallbackChain, o.Kind)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	_ = json.NewEncoder(w).Encode(resp)
+	httpjson.Write(w, http.StatusOK, resp)
 }

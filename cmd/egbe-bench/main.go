@@ -46,7 +46,7 @@ import (
 func main() { os.Exit(run(os.Args[1:])) }
 
 func usage() int {
-	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|failover|handshakes|pxstream|match|voice|pxsfu|surge|world|serve-baseline-echo [flags]  (egbe-bench SCENARIO --help)")
+	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|failover|handshakes|pxstream|match|voice|pxsfu|surge|world|serve-baseline-echo [flags]  (egbe-bench help describes each; egbe-bench SCENARIO --help lists its flags)")
 	return 2
 }
 
@@ -54,8 +54,16 @@ func run(args []string) int {
 	if len(args) == 0 {
 		return usage()
 	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		writeHelp(os.Stdout)
+		return 0
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if args[0] != "serve-baseline-echo" {
+		defer progress(ctx, os.Stderr, args[0])()
+	}
 	var err error
 	switch args[0] {
 	case "connect", "echo":

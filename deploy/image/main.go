@@ -9,7 +9,7 @@
 // The image holds /egbe-edge, an empty /tmp and, when the build host has
 // one, the CA bundle at /etc/ssl/certs/ca-certificates.crt (for rediss://
 // and TLS to shards). There is no shell: the Kubernetes pre-stop hook calls
-// the binary itself (`/egbe-edge drain`). Dockerfile beside this file
+// the binary itself (`/egbe-edge prestop`). Dockerfile beside this file
 // builds the same image where a daemon exists.
 //
 // Builds are reproducible: every timestamp is SOURCE_DATE_EPOCH (0 when

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/oshun/egbe-edge/internal/httpjson"
 )
 
 // Routes served by Handler.
@@ -76,7 +78,7 @@ func (m *Matchmaker) serveMatch(w http.ResponseWriter, r *http.Request) {
 		m.writeRefusal(w, rf)
 		return
 	}
-	writeJSON(w, http.StatusOK, matchResponse{
+	httpjson.Write(w, http.StatusOK, matchResponse{
 		SessionID:          res.SessionID,
 		POPID:              res.POP,
 		StreamerID:         res.StreamerID,
@@ -203,17 +205,10 @@ func (m *Matchmaker) writeRefusal(w http.ResponseWriter, rf *Refusal) {
 	if status < 400 || status > 599 {
 		status = http.StatusInternalServerError
 	}
-	writeJSON(w, status, refusalResponse{
+	httpjson.Write(w, status, refusalResponse{
 		Reason: rf.Reason, Message: rf.Message, Field: rf.Field,
 		FallbackURL: m.cfg.FallbackURL, Rejected: rf.Rejected,
 	})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }
 
 func (m *Matchmaker) serveDashboard(w http.ResponseWriter, r *http.Request) {
@@ -222,5 +217,5 @@ func (m *Matchmaker) serveDashboard(w http.ResponseWriter, r *http.Request) {
 		m.writeRefusal(w, refuse(ReasonMethodNotAllowed, http.StatusMethodNotAllowed, "use GET"))
 		return
 	}
-	writeJSON(w, http.StatusOK, m.Dashboard())
+	httpjson.Write(w, http.StatusOK, m.Dashboard())
 }

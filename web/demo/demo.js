@@ -426,6 +426,18 @@ function draw(ents) {
   }
 }
 
+// The waiting room and the matchmaker send a client that takes the no-penalty
+// exit to the fallback URL; by default (--fallback-url) that is this page
+// with ?surface=fallback, standing in for the Tier-2 web client.
+if (params.get('surface') === 'fallback') {
+  const note = document.createElement('p');
+  note.id = 'fallback-note';
+  note.textContent = 'Tier-2 fallback: you left the line for the lower-fidelity client, with no penalty. ' +
+    'This demo page stands in for it; a deployment points --fallback-url at its real Tier-2 web client.';
+  note.style.cssText = 'margin:0;padding:8px 20px;background:#2b2a1a;color:#f0e3a8';
+  document.querySelector('header').after(note);
+}
+
 $('connect').onclick = connect;
 $('disconnect').onclick = () => { disconnect(); setState('idle'); };
 $('voice').onclick = () => import('./voice.js').then((v) => v.joinVoice(egbe, log)).catch((e) => log('voice:', String(e)));
