@@ -448,7 +448,8 @@ func dialWorld(ctx context.Context, t *Target, transport string, i int, instance
 	if err != nil {
 		return nil, err
 	}
-	c, err := egbeclient.Dial(dctx, egbeclient.Options{Kind: transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 256})
+	c, err := egbeclient.Dial(dctx, egbeclient.Options{Kind: transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 256,
+		LocalIP: clientSource(transport, i)})
 	if err != nil {
 		return nil, err
 	}
@@ -631,7 +632,8 @@ func connectIdle(ctx context.Context, t *Target, o WorldOptions, instances []str
 					cancel()
 					continue
 				}
-				c, err := egbeclient.Dial(dctx, egbeclient.Options{Kind: o.Transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 16})
+				c, err := egbeclient.Dial(dctx, egbeclient.Options{Kind: o.Transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 16,
+					LocalIP: clientSource(o.Transport, o.Clients+i)})
 				if err != nil {
 					cancel()
 					continue
@@ -664,7 +666,12 @@ func connectIdle(ctx context.Context, t *Target, o WorldOptions, instances []str
 // fetchProfile writes the edge's CPU profile over d to path.
 func fetchProfile(ctx context.Context, adminBase string, d time.Duration, path string) error {
 	secs := max(1, int(d.Seconds()))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", adminBase, secs), nil)
+	return fetchPprof(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", adminBase, secs), path)
+}
+
+// fetchPprof writes the pprof document at url to path.
+func fetchPprof(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
