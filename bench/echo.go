@@ -102,6 +102,16 @@ func edgeEchoDial(pick func(i int) *Target, instances []string, opts EchoOptions
 			return nil, 0, err
 		}
 		start := time.Now()
+		if opts.Transport == "websocket" {
+			// The same lean client as the baseline's (gorilla, one reader,
+			// no decoding beyond the ids), so the two RTTs compare servers.
+			c, err := dialLeanWS(ctx, t, &codec.ClientHello{AccessToken: tok, InstanceId: instances[i%len(instances)], AuthorityKind: codec.AuthorityKind_UE_CLIENT,
+				ProtocolVersion: codec.ProtocolVersion, Capabilities: []string{"action-acks"}})
+			if err != nil {
+				return nil, 0, err
+			}
+			return &echoSession{send: c.sendPing, recv: c.recvPong, stop: c.close}, time.Since(start), nil
+		}
 		c, err := egbeclient.Dial(ctx, egbeclient.Options{Kind: opts.Transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 64,
 			LocalIP: clientSource(opts.Transport, i)})
 		if err != nil {
@@ -162,36 +172,17 @@ func RunBaselineEcho(ctx context.Context, wsURL string, pid int, opts EchoOption
 		if dl, ok := ctx.Deadline(); ok {
 			_ = ws.SetReadDeadline(dl)
 		}
-		if err := ws.WriteMessage(websocket.BinaryMessage, hello); err != nil {
+		c := &leanWS{ws: ws}
+		if err := c.write(hello); err != nil {
 			ws.Close()
 			return nil, 0, err
 		}
-		if _, _, err := ws.ReadMessage(); err != nil {
+		if _, err := c.readMessage(); err != nil {
 			ws.Close()
 			return nil, 0, err
 		}
 		_ = ws.SetReadDeadline(time.Time{})
-		var wmu sync.Mutex
-		return &echoSession{
-			send: func(id uint64) error {
-				b, _ := proto.Marshal(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Ping{Ping: &codec.Ping{ClientTimeMs: id}}})
-				wmu.Lock()
-				defer wmu.Unlock()
-				return ws.WriteMessage(websocket.BinaryMessage, b)
-			},
-			recv: func(ctx context.Context) (uint64, error) {
-				_, b, err := ws.ReadMessage()
-				if err != nil {
-					return 0, err
-				}
-				var env codec.ClientEnvelope
-				if err := proto.Unmarshal(b, &env); err != nil {
-					return 0, err
-				}
-				return env.GetPing().GetClientTimeMs(), nil
-			},
-			stop: func() { ws.Close() },
-		}, time.Since(start), nil
+		return &echoSession{send: c.sendPing, recv: c.recvPing, stop: c.close}, time.Since(start), nil
 	}
 	return runEcho(ctx, "baseline", usage, dial, opts, "")
 }

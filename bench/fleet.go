@@ -531,7 +531,10 @@ func (r *foRun) hello(fc *foClient) *codec.ClientHello {
 func (r *foRun) attach(fc *foClient, c *egbeclient.Conn) {
 	r.conns.Add(2)
 	go func() { defer r.conns.Done(); fc.receive(r.rctx, c) }()
-	go func() { defer r.conns.Done(); worldPresence(r.rctx, c, fc.i, r.o.Sessions+r.o.Bystanders, r.interval) }()
+	go func() {
+		defer r.conns.Done()
+		worldPresence(r.rctx, egbePresence(c), fc.i, r.o.Sessions+r.o.Bystanders, r.interval)
+	}()
 }
 
 // receive reads everything c delivers: it records action acks and acks

@@ -10,8 +10,9 @@
 //	egbe-bench match    --edge-bin PATH --streamers 1000 --decisions 20000 [--edge-taskset 1]
 //	egbe-bench voice    --edge-bin PATH --speakers 4 --listeners 20 --duration 15s [--edge-taskset 1]
 //	egbe-bench surge    --edge-bin PATH --rate 3300 --duration 60s [--max --workers 64]
-//	egbe-bench world    --edge-bin PATH --shard-bin PATH --clients 1000 --instances 10 --agents 500 --duration 15s [--transport websocket] [--idle N] [--profile FILE]
+//	egbe-bench world    --edge-bin PATH --shard-bin PATH --clients 1000 --instances 10 --agents 500 --duration 15s [--transport websocket] [--idle N] [--profile FILE] [--client-profile FILE] [--baseline] [--edge-taskset 1]
 //	egbe-bench serve-baseline-echo --listen 127.0.0.1:9999   (used by --baseline)
+//	egbe-bench serve-baseline-world --listen 127.0.0.1:9999 --rate 20 --entities 32   (used by world --baseline)
 //
 // --edges N spreads the sessions round-robin over N edge processes that
 // share one Redis (--redis-url, or a redis-server started on a free
@@ -45,7 +46,7 @@ import (
 func main() { os.Exit(run(os.Args[1:])) }
 
 func usage() int {
-	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|failover|handshakes|pxstream|match|voice|surge|world|serve-baseline-echo [flags]  (egbe-bench SCENARIO --help)")
+	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|failover|handshakes|pxstream|match|voice|surge|world|serve-baseline-echo|serve-baseline-world [flags]  (egbe-bench SCENARIO --help)")
 	return 2
 }
 
@@ -78,6 +79,13 @@ func run(args []string) int {
 		listen := fs.String("listen", "127.0.0.1:0", "address")
 		_ = fs.Parse(args[1:])
 		err = bench.ServeBaselineEcho(ctx, &http.Server{Addr: *listen})
+	case "serve-baseline-world":
+		fs := flag.NewFlagSet(args[0], flag.ExitOnError)
+		listen := fs.String("listen", "127.0.0.1:0", "address")
+		rate := fs.Float64("rate", 20, "snapshots per second to every connection")
+		entities := fs.Int("entities", 32, "agents per snapshot")
+		_ = fs.Parse(args[1:])
+		err = bench.ServeBaselineWorld(ctx, &http.Server{Addr: *listen}, *rate, *entities)
 	default:
 		return usage()
 	}
