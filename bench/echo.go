@@ -31,6 +31,10 @@ type EchoOptions struct {
 	// are spread over round-robin (small worlds keep the world fan-out out
 	// of a messaging measurement).
 	Instance string
+	// Profile and HeapProfile, if set, are where one edge's CPU profile of
+	// the echo phase and its heap profile once idle (after Settle) are
+	// written, from pprof on its admin listener.
+	Profile, HeapProfile string
 }
 
 // EchoReport is what connect and echo measure.
@@ -85,7 +89,7 @@ type sentTimes struct {
 // scenario on the same sessions, against an edge.
 func RunEcho(ctx context.Context, t *Target, opts EchoOptions) (EchoReport, error) {
 	dial := edgeEchoDial(func(int) *Target { return t }, strings.Split(opts.Instance, ","), opts)
-	return runEcho(ctx, "edge", t.Usage, dial, opts)
+	return runEcho(ctx, "edge", t.Usage, dial, opts, t.AdminBase)
 }
 
 // edgeEchoDial opens session i on edge pick(i), in instance i mod
@@ -98,7 +102,18 @@ func edgeEchoDial(pick func(i int) *Target, instances []string, opts EchoOptions
 			return nil, 0, err
 		}
 		start := time.Now()
-		c, err := egbeclient.Dial(ctx, egbeclient.Options{Kind: opts.Transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 64})
+		if opts.Transport == "websocket" {
+			// The same lean client as the baseline's (gorilla, one reader,
+			// no decoding beyond the ids), so the two RTTs compare servers.
+			c, err := dialLeanWS(ctx, t, &codec.ClientHello{AccessToken: tok, InstanceId: instances[i%len(instances)], AuthorityKind: codec.AuthorityKind_UE_CLIENT,
+				ProtocolVersion: codec.ProtocolVersion, Capabilities: []string{"action-acks"}})
+			if err != nil {
+				return nil, 0, err
+			}
+			return &echoSession{send: c.sendPing, recv: c.recvPong, stop: c.close}, time.Since(start), nil
+		}
+		c, err := egbeclient.Dial(ctx, egbeclient.Options{Kind: opts.Transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 64,
+			LocalIP: clientSource(opts.Transport, i)})
 		if err != nil {
 			return nil, 0, err
 		}
@@ -128,10 +143,19 @@ func edgeEchoDial(pick func(i int) *Target, instances []string, opts EchoOptions
 	}
 }
 
+// baselineTokenLen is the length of the access token in the baseline's
+// hello: the size of the edge's dev access tokens (HS256 JWTs with the
+// bench's claims are 327-335 bytes).
+const baselineTokenLen = 331
+
 // RunBaselineEcho drives a bare gorilla echo server (see ServeBaselineEcho)
-// with the same load: the same Ping envelope bytes, echoed back untouched.
+// with the same load: each session first sends a ClientHello of the same
+// shape as the edge's (a token of the same length) and reads the echo back,
+// as the edge's clients send their hello and read the ServerHello; then the
+// same Ping envelope bytes, echoed back untouched.
 func RunBaselineEcho(ctx context.Context, wsURL string, pid int, opts EchoOptions) (EchoReport, error) {
 	usage := func() ProcUsage { u, _ := ReadProc(pid); return u }
+	instances := strings.Split(opts.Instance, ",")
 	dial := func(ctx context.Context, i int) (*echoSession, time.Duration, error) {
 		start := time.Now()
 		d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
@@ -142,32 +166,30 @@ func RunBaselineEcho(ctx context.Context, wsURL string, pid int, opts EchoOption
 		if err != nil {
 			return nil, 0, err
 		}
-		var wmu sync.Mutex
-		return &echoSession{
-			send: func(id uint64) error {
-				b, _ := proto.Marshal(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Ping{Ping: &codec.Ping{ClientTimeMs: id}}})
-				wmu.Lock()
-				defer wmu.Unlock()
-				return ws.WriteMessage(websocket.BinaryMessage, b)
-			},
-			recv: func(ctx context.Context) (uint64, error) {
-				_, b, err := ws.ReadMessage()
-				if err != nil {
-					return 0, err
-				}
-				var env codec.ClientEnvelope
-				if err := proto.Unmarshal(b, &env); err != nil {
-					return 0, err
-				}
-				return env.GetPing().GetClientTimeMs(), nil
-			},
-			stop: func() { ws.Close() },
-		}, time.Since(start), nil
+		hello, _ := proto.Marshal(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Hello{Hello: &codec.ClientHello{
+			AccessToken: strings.Repeat("t", baselineTokenLen), InstanceId: instances[i%len(instances)], AuthorityKind: codec.AuthorityKind_UE_CLIENT,
+			ProtocolVersion: codec.ProtocolVersion, Capabilities: []string{"action-acks"}}}})
+		if dl, ok := ctx.Deadline(); ok {
+			_ = ws.SetReadDeadline(dl)
+		}
+		c := &leanWS{ws: ws}
+		if err := c.write(hello); err != nil {
+			ws.Close()
+			return nil, 0, err
+		}
+		if _, err := c.readMessage(); err != nil {
+			ws.Close()
+			return nil, 0, err
+		}
+		_ = ws.SetReadDeadline(time.Time{})
+		return &echoSession{send: c.sendPing, recv: c.recvPing, stop: c.close}, time.Since(start), nil
 	}
-	return runEcho(ctx, "baseline", usage, dial, opts)
+	return runEcho(ctx, "baseline", usage, dial, opts, "")
 }
 
-func runEcho(ctx context.Context, scenario string, usage func() ProcUsage, dial func(context.Context, int) (*echoSession, time.Duration, error), opts EchoOptions) (EchoReport, error) {
+// runEcho runs the scenario; admin, if set, is the edge's admin origin
+// for the profiles opts asks for.
+func runEcho(ctx context.Context, scenario string, usage func() ProcUsage, dial func(context.Context, int) (*echoSession, time.Duration, error), opts EchoOptions, admin string) (EchoReport, error) {
 	rep := EchoReport{Scenario: scenario, Transport: opts.Transport, Sessions: opts.Sessions}
 	if opts.DialWorkers <= 0 {
 		opts.DialWorkers = 32
@@ -231,6 +253,11 @@ func runEcho(ctx context.Context, scenario string, usage func() ProcUsage, dial 
 	if rep.Connected > 0 {
 		rep.RSSPerSession = (idle.RSSBytes - before.RSSBytes) / int64(rep.Connected)
 	}
+	if admin != "" && opts.HeapProfile != "" {
+		if err := fetchPprof(ctx, admin+"/debug/pprof/heap", opts.HeapProfile); err != nil {
+			rep.Errors = append(rep.Errors, "heap profile: "+err.Error())
+		}
+	}
 	if opts.Duration <= 0 || opts.Rate <= 0 {
 		return rep, nil
 	}
@@ -287,6 +314,16 @@ func runEcho(ctx context.Context, scenario string, usage func() ProcUsage, dial 
 			}
 		}()
 	}
+	var prof sync.WaitGroup
+	if admin != "" && opts.Profile != "" {
+		prof.Go(func() {
+			if err := fetchProfile(ctx, admin, opts.Duration, opts.Profile); err != nil {
+				errMu.Lock()
+				rep.Errors = append(rep.Errors, "profile: "+err.Error())
+				errMu.Unlock()
+			}
+		})
+	}
 	<-ectx.Done()
 	elapsed := time.Since(start)
 	cpu1 := usage().CPU
@@ -297,6 +334,7 @@ func runEcho(ctx context.Context, scenario string, usage func() ProcUsage, dial 
 		}
 	}
 	wg.Wait()
+	prof.Wait()
 	rep.RTT = rtt.Summary()
 	rep.Sent, rep.Received = sent.Load(), received.Load()
 	rep.Throughput = float64(rep.Received) / elapsed.Seconds()

@@ -234,7 +234,7 @@ func RunEchoFleet(ctx context.Context, edges []*Target, opts EchoOptions) (EchoR
 		return u
 	}
 	dial := edgeEchoDial(func(i int) *Target { return edges[i%len(edges)] }, instances, opts)
-	return runEcho(ctx, fmt.Sprintf("edge x%d", len(edges)), usage, dial, opts)
+	return runEcho(ctx, fmt.Sprintf("edge x%d", len(edges)), usage, dial, opts, "")
 }
 
 // ---------------------------------------------------------------- shared helpers
@@ -531,7 +531,10 @@ func (r *foRun) hello(fc *foClient) *codec.ClientHello {
 func (r *foRun) attach(fc *foClient, c *egbeclient.Conn) {
 	r.conns.Add(2)
 	go func() { defer r.conns.Done(); fc.receive(r.rctx, c) }()
-	go func() { defer r.conns.Done(); worldPresence(r.rctx, c, fc.i, r.o.Sessions+r.o.Bystanders, r.interval) }()
+	go func() {
+		defer r.conns.Done()
+		worldPresence(r.rctx, egbePresence(c), fc.i, r.o.Sessions+r.o.Bystanders, r.interval)
+	}()
 }
 
 // receive reads everything c delivers: it records action acks and acks
@@ -670,7 +673,8 @@ wait:
 		}
 		actx, cancel := context.WithDeadline(ctx, until)
 		t1 := time.Now()
-		c, err := egbeclient.Dial(actx, egbeclient.Options{Kind: r.o.Transport, HTTPBase: to.HTTPBase, H3Base: to.H3Base, CertHash: to.CertHash, Inbox: 256})
+		c, err := egbeclient.Dial(actx, egbeclient.Options{Kind: r.o.Transport, HTTPBase: to.HTTPBase, H3Base: to.H3Base, CertHash: to.CertHash, Inbox: 256,
+			LocalIP: clientSource(r.o.Transport, fc.i)})
 		var got *codec.ServerHello
 		var dial time.Duration
 		if err == nil {
@@ -997,7 +1001,8 @@ func (r *foRun) connect(ctx context.Context, fc *foClient, to *Target) error {
 		return err
 	}
 	fc.token = tok
-	c, err := egbeclient.Dial(dctx, egbeclient.Options{Kind: r.o.Transport, HTTPBase: to.HTTPBase, H3Base: to.H3Base, CertHash: to.CertHash, Inbox: 256})
+	c, err := egbeclient.Dial(dctx, egbeclient.Options{Kind: r.o.Transport, HTTPBase: to.HTTPBase, H3Base: to.H3Base, CertHash: to.CertHash, Inbox: 256,
+		LocalIP: clientSource(r.o.Transport, fc.i)})
 	if err != nil {
 		return err
 	}
@@ -1472,7 +1477,7 @@ func handshakeRound(ctx context.Context, t *Target, fleet *Fleet, rdb *redis.Cli
 				if i >= len(tokens) || ctx.Err() != nil {
 					return
 				}
-				if err := oneHandshake(ctx, t, o.Transport, tokens[i], &lat); err != nil {
+				if err := oneHandshake(ctx, t, o.Transport, i, tokens[i], &lat); err != nil {
 					errN.Add(1)
 					errMu.Lock()
 					errs[errKey(err)]++
@@ -1521,11 +1526,12 @@ func handshakeRound(ctx context.Context, t *Target, fleet *Fleet, rdb *redis.Cli
 }
 
 // oneHandshake opens a fresh session on t and closes it.
-func oneHandshake(ctx context.Context, t *Target, transport, token string, lat *Latencies) error {
+func oneHandshake(ctx context.Context, t *Target, transport string, i int, token string, lat *Latencies) error {
 	hctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	t1 := time.Now()
-	c, err := egbeclient.Dial(hctx, egbeclient.Options{Kind: transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 64})
+	c, err := egbeclient.Dial(hctx, egbeclient.Options{Kind: transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 64,
+		LocalIP: clientSource(transport, i)})
 	if err != nil {
 		return err
 	}
@@ -1562,7 +1568,7 @@ func probeRoundTrips(ctx context.Context, fleet *Fleet, redisAddr string, tokens
 	p := &ProbeReport{Handshakes: n, Background: map[string]float64{}}
 	// Warm the edge's connection pool, then let it go idle.
 	for i := range min(5, n) {
-		if err := oneHandshake(ctx, t, o.Transport, tokens[i], nil); err != nil {
+		if err := oneHandshake(ctx, t, o.Transport, i, tokens[i], nil); err != nil {
 			return nil, err
 		}
 	}
@@ -1610,7 +1616,8 @@ func probeRoundTrips(ctx context.Context, fleet *Fleet, redisAddr string, tokens
 	for i := range n {
 		hctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		from := time.Now()
-		c, err := egbeclient.Dial(hctx, egbeclient.Options{Kind: o.Transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 1024})
+		c, err := egbeclient.Dial(hctx, egbeclient.Options{Kind: o.Transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 1024,
+			LocalIP: clientSource(o.Transport, i)})
 		var h *codec.ServerHello
 		if err == nil {
 			h, err = c.Hello(hctx, &codec.ClientHello{AccessToken: tokens[i], InstanceId: "hs-0", AuthorityKind: codec.AuthorityKind_UE_CLIENT,
@@ -1663,7 +1670,8 @@ func probeRoundTrips(ctx context.Context, fleet *Fleet, redisAddr string, tokens
 	for i, h := range hellos {
 		hctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		from := time.Now()
-		c, err := egbeclient.Dial(hctx, egbeclient.Options{Kind: o.Transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 1024})
+		c, err := egbeclient.Dial(hctx, egbeclient.Options{Kind: o.Transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 1024,
+			LocalIP: clientSource(o.Transport, i)})
 		var got *codec.ServerHello
 		if err == nil {
 			got, err = c.Hello(hctx, &codec.ClientHello{AccessToken: tokens[i], InstanceId: "hs-0", AuthorityKind: codec.AuthorityKind_UE_CLIENT,

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
@@ -252,4 +253,20 @@ func (t *Target) Stop() {
 		_ = t.cmd.Process.Kill()
 		<-t.exited
 	}
+}
+
+// clientSource is the source address of load client i on transport:
+// WebRTC clients each come from a loopback network of their own
+// (127.a.b.1, a distinct /24 for every i below 65,024; Linux answers on
+// the whole of 127.0.0.0/8), so the edge's per-network limit on pending
+// WebRTC handshakes (32 per /24) sees a population of clients, as it
+// would in the field, and the bench measures the edge rather than the
+// cap. Other transports keep the kernel's choice (127.0.0.1): the
+// invalid Addr.
+func clientSource(transport string, i int) netip.Addr {
+	if transport != "webrtc" || i < 0 {
+		return netip.Addr{}
+	}
+	i %= 254 * 256
+	return netip.AddrFrom4([4]byte{127, byte(1 + i/256), byte(i % 256), 1})
 }

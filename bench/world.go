@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,6 +60,12 @@ type WorldOptions struct {
 	// Profile, if set, is where the edge's CPU profile of the measured
 	// phase is written (pprof from its admin listener).
 	Profile string
+	// ClientProfile, if set, is where this process's (the load client's)
+	// CPU profile of the measured phase is written.
+	ClientProfile string
+	// BenchBin is the egbe-bench binary RunWorldBaseline starts as the
+	// bare relay (default: this executable).
+	BenchBin string
 }
 
 // WorldReport is what the world scenario measures.
@@ -83,6 +90,17 @@ type WorldReport struct {
 	EdgeCPU, ShardCPU, ClientCPU time.Duration
 	EdgeRSS, ShardRSS            int64
 	Errors                       []string
+	// Baseline: the server was the bare relay (ServeBaselineWorld), whose
+	// figures fill the Edge fields.
+	Baseline bool
+}
+
+// CPUPerUpdate is the server's CPU per delivered update (0 without any).
+func (r WorldReport) CPUPerUpdate() time.Duration {
+	if n := r.Snapshots + r.Deltas; n > 0 {
+		return r.EdgeCPU / time.Duration(n)
+	}
+	return 0
 }
 
 func (r WorldReport) String() string {
@@ -100,11 +118,17 @@ func (r WorldReport) String() string {
 	fmt.Fprintf(&b, "  max entities held=%d  errors: edge=%d disconnects=%d delta_base_missing=%d inbox_drops=%d\n",
 		r.MaxEntities, r.EdgeErrors, r.Disconnects, r.BaseMissing, r.InboxDrops)
 	if sec > 0 {
-		fmt.Fprintf(&b, "  edge  cpu=%v (%.2f cores) rss=%.1f MiB\n", r.EdgeCPU.Round(10*time.Millisecond), r.EdgeCPU.Seconds()/sec, mib(r.EdgeRSS))
-		if n := r.Snapshots + r.Deltas; n > 0 {
-			fmt.Fprintf(&b, "  edge cpu per delivered update (with that client's presence and ack): %.1f µs\n", float64(r.EdgeCPU.Microseconds())/float64(n))
+		server := "edge"
+		if r.Baseline {
+			server = "bare relay"
 		}
-		fmt.Fprintf(&b, "  shard cpu=%v (%.2f cores) rss=%.1f MiB\n", r.ShardCPU.Round(10*time.Millisecond), r.ShardCPU.Seconds()/sec, mib(r.ShardRSS))
+		fmt.Fprintf(&b, "  %s cpu=%v (%.2f cores) rss=%.1f MiB\n", server, r.EdgeCPU.Round(10*time.Millisecond), r.EdgeCPU.Seconds()/sec, mib(r.EdgeRSS))
+		if n := r.Snapshots + r.Deltas; n > 0 {
+			fmt.Fprintf(&b, "  %s cpu per delivered update (with that client's presence and ack): %.1f µs\n", server, r.CPUPerUpdate().Seconds()*1e6)
+		}
+		if !r.Baseline {
+			fmt.Fprintf(&b, "  shard cpu=%v (%.2f cores) rss=%.1f MiB\n", r.ShardCPU.Round(10*time.Millisecond), r.ShardCPU.Seconds()/sec, mib(r.ShardRSS))
+		}
 		fmt.Fprintf(&b, "  load client cpu=%v (%.2f cores)\n", r.ClientCPU.Round(10*time.Millisecond), r.ClientCPU.Seconds()/sec)
 	}
 	for _, e := range r.Errors {
@@ -179,7 +203,8 @@ func (s *shardProc) stop() {
 
 // worldClient is one connected client and what it measured.
 type worldClient struct {
-	c        *egbeclient.Conn
+	c        *egbeclient.Conn // WebTransport, WebRTC
+	lean     *leanWS          // WebSocket
 	instance string
 
 	// owned by the receiver goroutine until it returns
@@ -201,8 +226,8 @@ type heldState struct {
 	ent []*codec.EntityState
 }
 
-// RunWorld runs the world scenario.
-func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
+// withDefaults fills o's unset fields.
+func (o WorldOptions) withDefaults() WorldOptions {
 	if o.Rate <= 0 {
 		o.Rate = 20
 	}
@@ -215,6 +240,16 @@ func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
 	if o.Transport == "" {
 		o.Transport = "websocket"
 	}
+	return o
+}
+
+// worldTickHz is the reference shard's tick (egbe-shard's default): how
+// often each client is sent a state when its window changes.
+const worldTickHz = codec.GroundReplicationHz
+
+// RunWorld runs the world scenario.
+func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
+	o = o.withDefaults()
 	if o.Clients <= 0 || o.Instances <= 0 || o.Duration <= 0 {
 		return WorldReport{}, errors.New("bench: world needs clients, instances and duration > 0")
 	}
@@ -275,7 +310,19 @@ func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
 		rep.Idle = o.Idle
 		rep.IdleConnected = connectIdle(idleCtx, t, o, idleInstances, &idleWG)
 	}
+	dial := func(ctx context.Context, i int) (*worldClient, error) {
+		return dialWorld(ctx, t, o.Transport, i, instances[i%len(instances)])
+	}
+	err = driveWorld(ctx, o, &rep, dial, t.Usage, sh.usage, t.AdminBase)
+	return rep, err
+}
 
+// driveWorld connects o.Clients clients with dial, runs them through the
+// warm-up and the measured phase, and fills rep from what they measured
+// and from the server's (and shard's) usage; admin, if set, is where the
+// server's CPU profile is fetched from.
+func driveWorld(ctx context.Context, o WorldOptions, rep *WorldReport, dial func(context.Context, int) (*worldClient, error),
+	serverUsage, shardUsage func() ProcUsage, admin string) error {
 	// Connect; each client starts sending presence and reading (and
 	// acking) as soon as it is in, so early clients are never slow readers
 	// while later ones dial. Samples are taken only while measuring.
@@ -307,7 +354,7 @@ func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
 				if i >= o.Clients || ctx.Err() != nil {
 					return
 				}
-				wc, err := dialWorld(ctx, t, o.Transport, i, instances[i%len(instances)])
+				wc, err := dial(ctx, i)
 				if err != nil {
 					connErrs.Add(1)
 					addErr("connect: " + err.Error())
@@ -318,10 +365,14 @@ func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
 				run.Add(2)
 				go func() { // presence sender
 					defer run.Done()
-					worldPresence(rctx, wc.c, i, o.Clients, interval)
+					worldPresence(rctx, wc.presenceSender(), i, o.Clients, interval)
 				}()
 				go func() { // receiver and acker
 					defer run.Done()
+					if wc.lean != nil {
+						wc.receiveLean(rctx, &measureStart, &measureEnd)
+						return
+					}
 					wc.receive(rctx, &measureStart, &measureEnd)
 				}()
 			}
@@ -333,7 +384,7 @@ func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
 	defer func() {
 		for _, wc := range clients {
 			if wc != nil {
-				wc.c.Close()
+				wc.close()
 			}
 		}
 	}()
@@ -343,24 +394,34 @@ func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
 		cancel()
 		run.Wait()
 		rep.Errors = errList(errCounts)
-		return rep, errors.New("bench: no client connected")
+		return errors.New("bench: no client connected")
 	}
 	select {
 	case <-time.After(o.Warmup):
 	case <-ctx.Done():
 	}
 	var prof sync.WaitGroup
-	if o.Profile != "" {
+	if o.Profile != "" && admin != "" {
 		prof.Add(1)
 		go func() {
 			defer prof.Done()
-			if err := fetchProfile(ctx, t.AdminBase, o.Duration, o.Profile); err != nil {
+			if err := fetchProfile(ctx, admin, o.Duration, o.Profile); err != nil {
 				addErr("profile: " + err.Error())
 			}
 		}()
 	}
+	if o.ClientProfile != "" {
+		f, err := os.Create(o.ClientProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
 	self := os.Getpid()
-	e0, s0 := t.Usage(), sh.usage()
+	e0, s0 := serverUsage(), shardUsage()
 	c0, _ := ReadProc(self)
 	start := time.Now()
 	measureStart.Store(start.UnixNano())
@@ -370,7 +431,10 @@ func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
 	}
 	end := time.Now()
 	measureEnd.Store(end.UnixNano())
-	e1, s1 := t.Usage(), sh.usage()
+	if o.ClientProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	e1, s1 := serverUsage(), shardUsage()
 	c1, _ := ReadProc(self)
 	cancel()
 	run.Wait()
@@ -412,7 +476,9 @@ func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
 		rep.MaxEntities = max(rep.MaxEntities, wc.maxEnt)
 		rep.BaseMissing += wc.baseMissing
 		rep.EdgeErrors += wc.edgeErrs
-		rep.InboxDrops += wc.c.Dropped()
+		if wc.c != nil {
+			rep.InboxDrops += wc.c.Dropped()
+		}
 		if wc.ended {
 			rep.Disconnects++
 		}
@@ -424,7 +490,7 @@ func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
 	rep.Latency = lat.Summary()
 	rep.MeanKbps = sumKbps / float64(n)
 	rep.PerClientHz = float64(rep.Snapshots+rep.Deltas) / float64(n) / sec
-	return rep, nil
+	return nil
 }
 
 // errList renders error counts, most frequent first, at most eight.
@@ -448,7 +514,16 @@ func dialWorld(ctx context.Context, t *Target, transport string, i int, instance
 	if err != nil {
 		return nil, err
 	}
-	c, err := egbeclient.Dial(dctx, egbeclient.Options{Kind: transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 256})
+	if transport == "websocket" {
+		c, err := dialLeanWS(dctx, t, &codec.ClientHello{AccessToken: tok, InstanceId: instance, AuthorityKind: codec.AuthorityKind_UE_CLIENT,
+			ProtocolVersion: codec.ProtocolVersion, Capabilities: worldCapabilities})
+		if err != nil {
+			return nil, err
+		}
+		return &worldClient{lean: c, instance: instance}, nil
+	}
+	c, err := egbeclient.Dial(dctx, egbeclient.Options{Kind: transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 256,
+		LocalIP: clientSource(transport, i)})
 	if err != nil {
 		return nil, err
 	}
@@ -460,10 +535,39 @@ func dialWorld(ctx context.Context, t *Target, transport string, i int, instance
 	return &worldClient{c: c, instance: instance}, nil
 }
 
+// presenceSender sends one presence packet (seq, x, y, client time).
+type presenceSender func(seq uint64, x, y int32, clientMs uint64) error
+
+// presenceSender is how wc sends presence: on the unreliable lane where
+// it has one.
+func (wc *worldClient) presenceSender() presenceSender {
+	if wc.lean != nil {
+		return wc.lean.sendPresence
+	}
+	return egbePresence(wc.c)
+}
+
+// egbePresence sends presence through an egbeclient connection.
+func egbePresence(c *egbeclient.Conn) presenceSender {
+	var buf []byte
+	return func(seq uint64, x, y int32, clientMs uint64) error {
+		buf = appendPresenceEnvelope(buf[:0], seq, x, y, clientMs)
+		return c.SendRaw(buf, true)
+	}
+}
+
+func (wc *worldClient) close() {
+	if wc.lean != nil {
+		wc.lean.close()
+		return
+	}
+	wc.c.Close()
+}
+
 // worldPresence sends presence at one per interval, walking a circle of
 // 20-80 m radius around the plane's centre; phases are spread over one
 // interval so clients do not send in lockstep.
-func worldPresence(ctx context.Context, c *egbeclient.Conn, i, n int, interval time.Duration) {
+func worldPresence(ctx context.Context, send presenceSender, i, n int, interval time.Duration) {
 	phase := time.Duration(int64(interval) * int64(i) / int64(max(1, n)))
 	timer := time.NewTimer(phase)
 	defer timer.Stop()
@@ -471,9 +575,6 @@ func worldPresence(ctx context.Context, c *egbeclient.Conn, i, n int, interval t
 	angle := float64(i) * 2 * math.Pi / float64(max(1, n))
 	step := 1.5 * interval.Seconds() * 1000 / radius // 1.5 m/s walking speed
 	var seq uint64
-	env := &codec.ClientEnvelope{}
-	p := &codec.PresencePacket{Position: &codec.Vec3{}}
-	env.Msg = &codec.ClientEnvelope_Presence{Presence: p}
 	for {
 		select {
 		case <-ctx.Done():
@@ -482,11 +583,7 @@ func worldPresence(ctx context.Context, c *egbeclient.Conn, i, n int, interval t
 		}
 		seq++
 		angle += step
-		p.Seq = seq
-		p.Position.XMm = int32(radius * math.Cos(angle))
-		p.Position.YMm = int32(radius * math.Sin(angle))
-		p.ClientTimeMs = uint64(time.Now().UnixMilli())
-		if err := c.Send(env, true); err != nil {
+		if err := send(seq, int32(radius*math.Cos(angle)), int32(radius*math.Sin(angle)), uint64(time.Now().UnixMilli())); err != nil {
 			return
 		}
 		timer.Reset(interval)
@@ -631,7 +728,8 @@ func connectIdle(ctx context.Context, t *Target, o WorldOptions, instances []str
 					cancel()
 					continue
 				}
-				c, err := egbeclient.Dial(dctx, egbeclient.Options{Kind: o.Transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 16})
+				c, err := egbeclient.Dial(dctx, egbeclient.Options{Kind: o.Transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 16,
+					LocalIP: clientSource(o.Transport, o.Clients+i)})
 				if err != nil {
 					cancel()
 					continue
@@ -664,7 +762,12 @@ func connectIdle(ctx context.Context, t *Target, o WorldOptions, instances []str
 // fetchProfile writes the edge's CPU profile over d to path.
 func fetchProfile(ctx context.Context, adminBase string, d time.Duration, path string) error {
 	secs := max(1, int(d.Seconds()))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", adminBase, secs), nil)
+	return fetchPprof(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", adminBase, secs), path)
+}
+
+// fetchPprof writes the pprof document at url to path.
+func fetchPprof(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
@@ -704,11 +807,25 @@ func WorldCommand(ctx context.Context, args []string) error {
 	fs.IntVar(&o.DialWorkers, "dial-workers", 32, "concurrent dials")
 	fs.IntVar(&o.Idle, "idle", 0, "idle sessions (hello only, empty world on a second shard) connected before the clients")
 	fs.StringVar(&o.Profile, "profile", "", "write the edge's CPU profile of the measured phase here")
+	fs.StringVar(&o.ClientProfile, "client-profile", "", "write the load client's CPU profile of the measured phase here")
+	baseline := fs.Bool("baseline", false, "also drive a bare WebSocket relay (one snapshot per tick to every client, presence and acks read and dropped) with the same clients, pinned like the edge")
 	_ = fs.Parse(args)
 	if o.EdgeBin == "" || o.ShardBin == "" {
 		return errors.New("world: give --edge-bin and --shard-bin")
 	}
 	rep, err := RunWorld(ctx, o)
 	fmt.Print(rep)
+	if err != nil || !*baseline {
+		return err
+	}
+	if o.Transport != "" && o.Transport != "websocket" {
+		return errors.New("world: --baseline is a WebSocket relay")
+	}
+	o.Profile, o.ClientProfile = "", ""
+	base, err := RunWorldBaseline(ctx, o)
+	fmt.Print(base)
+	if err == nil && base.CPUPerUpdate() > 0 {
+		fmt.Printf("ratio edge/bare cpu per delivered update: %.2fx\n", float64(rep.CPUPerUpdate())/float64(base.CPUPerUpdate()))
+	}
 	return err
 }

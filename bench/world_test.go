@@ -46,3 +46,26 @@ func TestWorldScenario(t *testing.T) {
 		t.Fatalf("unexpected errors or empty world:\n%s", rep)
 	}
 }
+
+// TestWorldBaselineScenario drives the bare relay (egbe-bench
+// serve-baseline-world as a child process) with the world scenario's
+// clients at a tiny scale: every client gets a snapshot per tick.
+func TestWorldBaselineScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the egbe-bench binary")
+	}
+	bin := buildBinary(t, t.TempDir(), "github.com/oshun/egbe-edge/cmd/egbe-bench")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := RunWorldBaseline(ctx, WorldOptions{BenchBin: bin, Clients: 5, Warmup: time.Second, Duration: 2 * time.Second, DialWorkers: 5})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, rep)
+	}
+	t.Logf("\n%s", rep)
+	if rep.Connected != 5 || rep.Snapshots == 0 || rep.Latency.N == 0 || rep.MaxEntities != baselineWorldEntities {
+		t.Fatalf("want 5 connected clients receiving full snapshots with latency samples:\n%s", rep)
+	}
+	if rep.EdgeCPU <= 0 || rep.EdgeErrors != 0 || rep.Disconnects != 0 {
+		t.Fatalf("no server CPU measured, or errors:\n%s", rep)
+	}
+}

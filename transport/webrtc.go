@@ -290,7 +290,7 @@ func (w *WebRTC) answer(ctx context.Context, offer string, network netip.Prefix)
 	fail := func(status int, reason string, err error) (string, int, error) {
 		w.km.handshakeFailure(reason)
 		c.cancel()
-		_ = pc.Close()
+		_ = pc.GracefulClose()
 		return "", status, err
 	}
 	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
@@ -567,7 +567,11 @@ func (c *rtcConn) run() {
 		c.rxMu.Lock()
 		c.rxDone = true
 		c.rxMu.Unlock()
-		_ = c.pc.Close() // ends the receiver's read
+		// Ends the receiver's read, and waits for the goroutines pion
+		// started for the peer (its operations queue among them, which
+		// may still be setting up SCTP for a peer that never connected):
+		// they are this goroutine's to wait for.
+		_ = c.pc.GracefulClose()
 		c.rxWG.Wait()
 		w.mu.Lock()
 		delete(w.peers, c)

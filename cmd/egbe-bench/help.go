@@ -17,7 +17,7 @@ var scenarios = []scenario{
 		"egbe-bench connect --edge-bin /tmp/egbe-edge --transport websocket --sessions 1000"},
 	{"echo", "N sessions exchanging messages at a rate; round-trip percentiles; --baseline adds a bare gorilla echo server in the same run",
 		"egbe-bench echo --edge-bin /tmp/egbe-edge --sessions 1000 --rate 20 --duration 20s --baseline"},
-	{"world", "N clients on M instances of an egbe-shard with 20 Hz presence; shard-to-client latency, bytes per client",
+	{"world", "N clients on M instances of an egbe-shard with 20 Hz presence; shard-to-client latency, bytes per client, edge CPU per update; --baseline adds a bare gorilla relay in the same run",
 		"egbe-bench world --edge-bin /tmp/egbe-edge --shard-bin /tmp/egbe-shard --clients 1000 --instances 10 --duration 15s"},
 	{"voice", "S speakers and L listeners through the voice SFU; forwarded packets/s, CPU per million, added latency, loss",
 		"egbe-bench voice --edge-bin /tmp/egbe-edge --speakers 4 --listeners 20 --duration 15s"},
@@ -33,6 +33,8 @@ var scenarios = []scenario{
 		"egbe-bench failover --edge-bin /tmp/egbe-edge --edges 3 --sessions 2000"},
 	{"handshakes", "fresh-session handshakes/s on memory and on Redis state in one run, Redis commands and round trips per handshake",
 		"egbe-bench handshakes --edge-bin /tmp/egbe-edge --sessions 2000 --concurrency 64"},
+	{"serve-baseline-world", "the bare gorilla relay world --baseline runs (for measuring it by hand)",
+		"egbe-bench serve-baseline-world --listen 127.0.0.1:9998"},
 	{"serve-baseline-echo", "the bare gorilla echo server --baseline runs (for measuring it by hand)",
 		"egbe-bench serve-baseline-echo --listen 127.0.0.1:9999"},
 }

@@ -2,8 +2,8 @@
 // throughput, errors and the edge's CPU and RSS, beside a baseline server
 // measured in the same run where the scenario has one.
 //
-//	egbe-bench connect  --edge-bin PATH --transport websocket --sessions 1000 [--settle 1s] [--edges N [--redis-url URL]]
-//	egbe-bench echo     --edge-bin PATH --transport websocket --sessions 1000 --rate 20 --duration 20s [--baseline] [--edges N [--redis-url URL]]
+//	egbe-bench connect  --edge-bin PATH --transport websocket --sessions 1000 [--settle 1s] [--baseline] [--heap-profile FILE] [--edge-taskset 1] [--edges N [--redis-url URL]]
+//	egbe-bench echo     --edge-bin PATH --transport websocket --sessions 1000 --rate 20 --duration 20s [--baseline] [--profile FILE] [--edge-taskset 1] [--edges N [--redis-url URL]]
 //	egbe-bench failover --edge-bin PATH --edges 3 --sessions 2000 [--rate 5] [--transport websocket] [--redis-url URL] [--bystanders N]
 //	egbe-bench handshakes --edge-bin PATH --sessions 2000 --concurrency 64 [--rounds 3] [--probe 200] [--redis-url URL]
 //	egbe-bench pxstream --edge-bin PATH --pairs 200 --handshakes 20000 [--idle 19000] [--edge-taskset 1]
@@ -11,8 +11,9 @@
 //	egbe-bench voice    --edge-bin PATH --speakers 4 --listeners 20 --duration 15s [--edge-taskset 1]
 //	egbe-bench pxsfu    --edge-bin PATH --players 100,200,500 [--duration 10s] [--layers 0,1,2] [--bare=false]
 //	egbe-bench surge    --edge-bin PATH --rate 3300 --duration 60s [--max --workers 64]
-//	egbe-bench world    --edge-bin PATH --shard-bin PATH --clients 1000 --instances 10 --agents 500 --duration 15s [--transport websocket] [--idle N] [--profile FILE]
+//	egbe-bench world    --edge-bin PATH --shard-bin PATH --clients 1000 --instances 10 --agents 500 --duration 15s [--transport websocket] [--idle N] [--profile FILE] [--client-profile FILE] [--baseline] [--edge-taskset 1]
 //	egbe-bench serve-baseline-echo --listen 127.0.0.1:9999   (used by --baseline)
+//	egbe-bench serve-baseline-world --listen 127.0.0.1:9999 --rate 20 --entities 32   (used by world --baseline)
 //
 // --edges N spreads the sessions round-robin over N edge processes that
 // share one Redis (--redis-url, or a redis-server started on a free
@@ -46,7 +47,7 @@ import (
 func main() { os.Exit(run(os.Args[1:])) }
 
 func usage() int {
-	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|failover|handshakes|pxstream|match|voice|pxsfu|surge|world|serve-baseline-echo [flags]  (egbe-bench help describes each; egbe-bench SCENARIO --help lists its flags)")
+	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|failover|handshakes|pxstream|match|voice|pxsfu|surge|world|serve-baseline-echo|serve-baseline-world [flags]  (egbe-bench help describes each; egbe-bench SCENARIO --help lists its flags)")
 	return 2
 }
 
@@ -93,6 +94,13 @@ func run(args []string) int {
 		listen := fs.String("listen", "127.0.0.1:0", "address")
 		_ = fs.Parse(args[1:])
 		err = bench.ServeBaselineEcho(ctx, &http.Server{Addr: *listen})
+	case "serve-baseline-world":
+		fs := flag.NewFlagSet(args[0], flag.ExitOnError)
+		listen := fs.String("listen", "127.0.0.1:0", "address")
+		rate := fs.Float64("rate", 20, "snapshots per second to every connection")
+		entities := fs.Int("entities", 32, "agents per snapshot")
+		_ = fs.Parse(args[1:])
+		err = bench.ServeBaselineWorld(ctx, &http.Server{Addr: *listen}, *rate, *entities)
 	default:
 		return usage()
 	}
@@ -109,6 +117,7 @@ type edgeFlags struct {
 	extra                            string
 	edges                            int
 	redisURL                         string
+	taskset                          string
 }
 
 func (f *edgeFlags) register(fs *flag.FlagSet) {
@@ -120,6 +129,7 @@ func (f *edgeFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.pid, "edge-pid", 0, "the running edge's pid, for CPU and RSS")
 	fs.IntVar(&f.edges, "edges", 1, "with --edge-bin: start N edges sharing Redis and spread the sessions over them round-robin")
 	fs.StringVar(&f.redisURL, "redis-url", "", "with --edges > 1: shared state (default: start redis-server)")
+	fs.StringVar(&f.taskset, "edge-taskset", "", "with --edge-bin: pin the edges (and the --baseline server) to these CPUs (taskset -c LIST)")
 }
 
 // targets starts (or attaches to) the edges; stop ends what it started.
@@ -135,7 +145,7 @@ func (f *edgeFlags) targets(ctx context.Context, instances string) ([]*bench.Tar
 		return nil, nil, fmt.Errorf("--edges needs --edge-bin")
 	}
 	fl, err := bench.StartFleet(ctx, bench.FleetOptions{EdgeBin: f.bin, Edges: f.edges, RedisURL: f.redisURL, Shards: 1,
-		Instances: strings.Split(instances, ","), Agents: 200, Extra: strings.Fields(f.extra)})
+		Instances: strings.Split(instances, ","), Agents: 200, Extra: strings.Fields(f.extra), Taskset: f.taskset})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -145,7 +155,7 @@ func (f *edgeFlags) targets(ctx context.Context, instances string) ([]*bench.Tar
 
 func (f *edgeFlags) target(ctx context.Context) (*bench.Target, error) {
 	if f.bin != "" {
-		return bench.StartEdge(ctx, f.bin, strings.Fields(f.extra)...)
+		return bench.StartEdgeWith(ctx, bench.EdgeOptions{Bin: f.bin, Extra: strings.Fields(f.extra), Taskset: f.taskset})
 	}
 	if f.httpBase == "" {
 		return nil, fmt.Errorf("give --edge-bin or --edge/--edge-h3/--edge-admin")
@@ -165,7 +175,9 @@ func runEcho(ctx context.Context, scenario string, args []string) error {
 	fs.IntVar(&opts.DialWorkers, "dial-workers", 32, "concurrent dials")
 	fs.StringVar(&opts.Instance, "instance", "orun-grove", "instance to join")
 	fs.DurationVar(&opts.Settle, "settle", time.Second, "wait this long after connecting before reading idle RSS")
-	baseline := fs.Bool("baseline", false, "also measure a bare gorilla echo server with the same load (websocket)")
+	fs.StringVar(&opts.Profile, "profile", "", "write the edge's CPU profile of the echo phase here")
+	fs.StringVar(&opts.HeapProfile, "heap-profile", "", "write the edge's heap profile, taken once the sessions are idle, here")
+	baseline := fs.Bool("baseline", false, "also measure a bare gorilla echo server with the same load and the same hello (websocket)")
 	_ = fs.Parse(args)
 	if scenario == "connect" {
 		opts.Duration = 0
@@ -184,7 +196,7 @@ func runEcho(ctx context.Context, scenario string, args []string) error {
 		return nil
 	}
 	stopEdges() // one server at a time on this machine
-	base, err := runBaseline(ctx, opts)
+	base, err := runBaseline(ctx, opts, ef.taskset)
 	if err != nil {
 		return err
 	}
@@ -195,7 +207,7 @@ func runEcho(ctx context.Context, scenario string, args []string) error {
 	return nil
 }
 
-func runBaseline(ctx context.Context, opts bench.EchoOptions) (bench.EchoReport, error) {
+func runBaseline(ctx context.Context, opts bench.EchoOptions, taskset string) (bench.EchoReport, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return bench.EchoReport{}, err
@@ -207,6 +219,10 @@ func runBaseline(ctx context.Context, opts bench.EchoOptions) (bench.EchoReport,
 		return bench.EchoReport{}, err
 	}
 	cmd := exec.Command(self, "serve-baseline-echo", "--listen", addr)
+	if taskset != "" {
+		// Pinned as the edge was; taskset execs the server, so the pid is its.
+		cmd = exec.Command("taskset", "-c", taskset, self, "serve-baseline-echo", "--listen", addr)
+	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return bench.EchoReport{}, err

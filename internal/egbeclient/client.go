@@ -15,12 +15,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/pion/ice/v4"
 	"github.com/pion/webrtc/v4"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -48,6 +51,12 @@ type Options struct {
 	// Inbox bounds queued received envelopes (default 1024). When full the
 	// oldest unreliable message is dropped; reliable ones wait.
 	Inbox int
+	// LocalIP, when valid, is the source address of a WebSocket or WebRTC
+	// connection (its HTTP request and, for WebRTC, its ICE socket). Load
+	// tests spread clients over 127.0.0.0/8, which Linux answers on
+	// whole, so the edge's per-network limits see many networks as they
+	// would from a real population. WebTransport ignores it.
+	LocalIP netip.Addr
 }
 
 // Conn is one client connection.
@@ -239,6 +248,10 @@ func (c *Conn) dialWebSocket(ctx context.Context, opts Options) error {
 		proto = "egbe.v1.json"
 	}
 	d := websocket.Dialer{Subprotocols: []string{proto}, HandshakeTimeout: 10 * time.Second}
+	if opts.LocalIP.IsValid() {
+		nd := &net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(opts.LocalIP, 0))}
+		d.NetDialContext = nd.DialContext
+	}
 	ws, resp, err := d.DialContext(ctx, u, nil)
 	if resp != nil && resp.Body != nil {
 		resp.Body.Close()
@@ -412,12 +425,37 @@ func (c *Conn) dialWebRTC(ctx context.Context, opts Options) error {
 	var se webrtc.SettingEngine
 	se.SetIncludeLoopbackCandidate(true)
 	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
+	httpc := http.DefaultClient
+	var mux *ice.UDPMuxDefault
+	if opts.LocalIP.IsValid() {
+		// ICE gathers host candidates from the interfaces' addresses
+		// (127.0.0.1 on loopback); one socket bound to LocalIP, muxed,
+		// makes it the only candidate.
+		uc, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(opts.LocalIP, 0)))
+		if err != nil {
+			return fmt.Errorf("egbeclient: webrtc: %w", err)
+		}
+		mux = ice.NewUDPMuxDefault(ice.UDPMuxParams{UDPConn: uc})
+		se.SetICEUDPMux(mux)
+		nd := &net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(opts.LocalIP, 0))}
+		httpc = &http.Client{Transport: &http.Transport{DialContext: nd.DialContext, DisableKeepAlives: true}}
+	}
 	api := webrtc.NewAPI(webrtc.WithSettingEngine(se))
 	pc, err := api.NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
+		if mux != nil {
+			mux.Close()
+		}
 		return err
 	}
-	fail := func(err error) error { pc.Close(); return fmt.Errorf("egbeclient: webrtc: %w", err) }
+	closePC := func() error {
+		err := pc.Close()
+		if mux != nil {
+			mux.Close()
+		}
+		return err
+	}
+	fail := func(err error) error { closePC(); return fmt.Errorf("egbeclient: webrtc: %w", err) }
 	rel, err := pc.CreateDataChannel("egbe-reliable", nil)
 	if err != nil {
 		return fail(err)
@@ -457,7 +495,7 @@ func (c *Conn) dialWebRTC(ctx context.Context, opts Options) error {
 		return fail(err)
 	}
 	req.Header.Set("Content-Type", "application/sdp")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpc.Do(req)
 	if err != nil {
 		return fail(err)
 	}
@@ -481,6 +519,6 @@ func (c *Conn) dialWebRTC(ctx context.Context, opts Options) error {
 		}
 		return unrel.Send(b)
 	}
-	c.closeFn = pc.Close
+	c.closeFn = closePC
 	return nil
 }
