@@ -15,9 +15,6 @@ type Config struct {
 	// MoveThresholdMM: position updates smaller than this since the last
 	// recompute do not trigger one.
 	MoveThresholdMM int64 `json:"move_threshold_mm"`
-	// QueueLen bounds each listener's outgoing packet queue; when full the
-	// oldest packet is dropped (reason "queue_full").
-	QueueLen int `json:"queue_len"`
 	// LatencyBudgetMs: peers whose RTCP round-trip time exceeds it are
 	// flagged (VAC_REGIONAL_VOICE_LATENCY_BUDGET_MS = 80).
 	LatencyBudgetMs int `json:"latency_budget_ms"`
@@ -50,7 +47,6 @@ func Default() Config {
 		Slots:            4,
 		ProximityRangeMM: 30_000, // 30 m
 		MoveThresholdMM:  500,
-		QueueLen:         64,
 		LatencyBudgetMs:  80,
 		LossBudget:       0.005,
 		StatsInterval:    2 * time.Second,
@@ -72,8 +68,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: proximity_range_mm < 0", ErrConfig)
 	case c.MoveThresholdMM < 0:
 		return fmt.Errorf("%w: move_threshold_mm < 0", ErrConfig)
-	case c.QueueLen < 1:
-		return fmt.Errorf("%w: queue_len < 1", ErrConfig)
 	case c.LatencyBudgetMs <= 0:
 		return fmt.Errorf("%w: latency_budget_ms <= 0", ErrConfig)
 	case c.LossBudget <= 0 || c.LossBudget >= 1:

@@ -1,8 +1,7 @@
 package sfu
 
 import (
-	"runtime"
-	"sync"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,16 +11,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// sinkWriter is a TrackLocalWriter that counts, optionally blocking.
+// sinkWriter is a TrackLocalWriter that counts, optionally failing.
 type sinkWriter struct {
-	n     atomic.Int64
-	block chan struct{} // non-nil: WriteRTP waits on it
-	last  atomic.Uint32 // last sequence number
+	n    atomic.Int64
+	fail bool          // WriteRTP fails (a listener whose SRTP session is gone)
+	last atomic.Uint32 // last sequence number
 }
 
+var errSinkClosed = errors.New("sink closed")
+
 func (w *sinkWriter) WriteRTP(h *rtp.Header, p []byte) (int, error) {
-	if w.block != nil {
-		<-w.block
+	if w.fail {
+		return 0, errSinkClosed
 	}
 	w.n.Add(1)
 	w.last.Store(uint32(h.SequenceNumber))
@@ -38,9 +39,7 @@ func bareSFU(tb testing.TB, mod func(*Config)) *SFU {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s := &SFU{cfg: cfg, m: m, now: time.Now, dirty: map[string]bool{}, kick: make(chan struct{}, 1)}
-	s.pool.New = func() any { return &packet{pool: &s.pool} }
-	return s
+	return &SFU{cfg: cfg, m: m, now: time.Now, dirty: map[string]bool{}, kick: make(chan struct{}, 1)}
 }
 
 // wire makes sp the speaker of slot 0 of every listener.
@@ -54,9 +53,9 @@ func wire(sp *peer, ls []*peer) {
 }
 
 func bareListener(s *SFU, w *sinkWriter) *peer {
-	st := &slotTrack{id: "slot0"}
+	st := &slotTrack{id: "slot0", hdr: rtp.Header{Version: 2}}
 	st.bind.Store(&binding{w: w, ssrc: 0x1234, pt: 111})
-	return &peer{slots: []*slotTrack{st}, q: newQueue(s.cfg.QueueLen), done: make(chan struct{})}
+	return &peer{slots: []*slotTrack{st}, done: make(chan struct{})}
 }
 
 // opusPacket is a 12-byte header, an RFC 6464 one-byte extension and a
@@ -68,12 +67,11 @@ func opusPacket(seq uint16) []byte {
 	return b
 }
 
-// ingest runs the read loop's per-packet work on raw.
-func (s *SFU) ingest(sp *peer, raw []byte) {
-	pk := s.pool.Get().(*packet)
+// ingest runs the read loop's per-packet work on raw, in pk (the read
+// loop's own buffer).
+func (s *SFU) ingest(sp *peer, pk *packet, raw []byte) {
 	pk.n = copy(pk.b[:], raw)
 	if !parseRTP(pk.b[:pk.n], 1, &pk.info) {
-		s.pool.Put(pk)
 		return
 	}
 	pk.at = s.now().UnixNano()
@@ -92,18 +90,12 @@ func TestForwardZeroAllocs(t *testing.T) {
 	sp.speaking.Store(true) // no speaking flip inside the measured loop
 	sp.loud.Store(127 - 30)
 	raw := opusPacket(1)
-	hdr := &rtp.Header{Version: 2}
-	batch := make([]entry, 0, 64)
+	pk := new(packet)
 	seq := uint16(1)
 	allocs := testing.AllocsPerRun(1000, func() {
 		seq++
 		raw[2], raw[3] = byte(seq>>8), byte(seq)
-		s.ingest(sp, raw)
-		for _, l := range ls {
-			batch = l.q.popAll(batch[:0])
-			s.sendBatch(l, batch, hdr)
-			clear(batch)
-		}
+		s.ingest(sp, pk, raw)
 	})
 	if allocs != 0 {
 		t.Fatalf("forwarding path allocates %.1f per packet", allocs)
@@ -113,48 +105,34 @@ func TestForwardZeroAllocs(t *testing.T) {
 	}
 }
 
-// TestSlowListenerQueue: a listener whose writes block does not slow the
-// speaker's fan-out or the other listeners; its queue drops the oldest.
-func TestSlowListenerQueue(t *testing.T) {
-	s := bareSFU(t, func(c *Config) { c.QueueLen = 8 })
+// TestFailingListener: a listener whose writes fail (its SRTP session
+// gone mid-fan-out) costs only itself: every other listener of the
+// speaker gets every packet, in order, and the failures are counted.
+func TestFailingListener(t *testing.T) {
+	s := bareSFU(t, nil)
 	sp := &peer{room: "r"}
-	slow := &sinkWriter{block: make(chan struct{})}
-	fast := &sinkWriter{}
-	ls := []*peer{bareListener(s, slow), bareListener(s, fast)}
+	sp.speaking.Store(true)
+	sp.loud.Store(127 - 30)
+	bad := &sinkWriter{fail: true}
+	good := []*sinkWriter{{}, {}}
+	ls := []*peer{bareListener(s, good[0]), bareListener(s, bad), bareListener(s, good[1])}
 	wire(sp, ls)
-	var wg sync.WaitGroup
-	for _, l := range ls {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.writeLoop(l) }()
-	}
 	const n = 500
-	var inFanout time.Duration
+	pk := new(packet)
 	for i := range n {
-		raw := opusPacket(uint16(i + 1))
-		start := time.Now()
-		s.ingest(sp, raw)
-		inFanout += time.Since(start)
-		// The fast listener gets every packet while the slow one is stuck.
-		deadline := time.Now().Add(time.Second)
-		for fast.n.Load() != int64(i+1) {
-			if time.Now().After(deadline) {
-				t.Fatalf("fast listener stuck at %d of %d", fast.n.Load(), i+1)
-			}
-			runtime.Gosched()
+		s.ingest(sp, pk, opusPacket(uint16(i+1)))
+	}
+	for i, g := range good {
+		if g.n.Load() != n || g.last.Load() != n {
+			t.Fatalf("listener %d got %d packets, last seq %d; want %d", i, g.n.Load(), g.last.Load(), n)
 		}
 	}
-	if inFanout > time.Second {
-		t.Fatalf("fan-out of %d packets took %v", n, inFanout)
+	if got := testutil.ToFloat64(s.m.dropped[dropWriteError]); got != n {
+		t.Fatalf("write_error drops = %v, want %d", got, n)
 	}
-	waitFor(t, 2*time.Second, "fast listener gets the last packet", func() bool { return fast.last.Load() == n })
-	if got := testutil.ToFloat64(s.m.dropped[dropQueueFull]); got < n-20 {
-		t.Fatalf("queue_full drops = %v, want about %d", got, n-9)
+	if got := testutil.ToFloat64(s.m.forwarded); got != 2*n {
+		t.Fatalf("forwarded = %v, want %d", got, 2*n)
 	}
-	close(slow.block)
-	for _, l := range ls {
-		close(l.done)
-	}
-	wg.Wait()
 }
 
 func TestRewriter(t *testing.T) {

@@ -31,7 +31,6 @@ type peer struct {
 	policy    policy // immutable after join
 	pc        *webrtc.PeerConnection
 	slots     []*slotTrack // immutable after join
-	q         *queue
 
 	m          *member         // guarded by SFU.mu
 	assigned   []*peer         // guarded by SFU.mu; speaker per slot
@@ -53,7 +52,7 @@ type peer struct {
 
 	done      chan struct{} // closed by leave
 	closeOnce sync.Once
-	wg        sync.WaitGroup // read, write and RTCP loops
+	wg        sync.WaitGroup // read and RTCP loops
 	wgMu      sync.Mutex     // orders wg.Add against leave's Wait
 	left      bool           // guarded by wgMu
 }
@@ -93,8 +92,15 @@ type slotTrack struct {
 	id, stream string
 	cur        atomic.Pointer[peer]    // speaker holding the slot (set by recompute)
 	bind       atomic.Pointer[binding] // set by Bind
-	rw         rewriter                // owned by the listener's write loop
-	// For sender reports; written by the write loop, read by Run.
+
+	// mu serialises the speakers' fan-outs into this slot (only around a
+	// switch do two speakers' read loops meet here): the rewrite and the
+	// write happen together, so the wire order is the sequence order.
+	mu  sync.Mutex
+	rw  rewriter   // guarded by mu
+	hdr rtp.Header // guarded by mu: the outgoing header, reused
+
+	// For sender reports; written under mu, read by Run.
 	sent, octets atomic.Uint32
 	lastTS       atomic.Uint32
 	lastAt       atomic.Int64
@@ -209,7 +215,7 @@ func (s *SFU) join(ctx context.Context, acc auth.Access, sessionID, offer string
 	p := &peer{
 		id: newID(), sessionID: sessionID, subject: acc.Subject, entityID: si.EntityID,
 		region: si.Region, room: si.InstanceID, policy: newPolicy(acc), pc: pc,
-		stats: s.stats.take(pc.ID()), q: newQueue(s.cfg.QueueLen), done: make(chan struct{}),
+		stats: s.stats.take(pc.ID()), done: make(chan struct{}),
 	}
 	fail := func(err error) (*peer, string, error) {
 		s.leave(p)
@@ -236,7 +242,8 @@ func (s *SFU) join(ctx context.Context, acc auth.Access, sessionID, offer string
 		if d := info.dirs[t.Mid()]; d != "recvonly" && d != "sendrecv" {
 			continue
 		}
-		st := &slotTrack{id: fmt.Sprintf("slot%d", len(p.slots)), stream: "egbe-voice-" + p.id}
+		st := &slotTrack{id: fmt.Sprintf("slot%d", len(p.slots)), stream: "egbe-voice-" + p.id,
+			hdr: rtp.Header{Version: 2}}
 		// A sender from s.api, not pc.AddTrack: AddTrack could pick a
 		// transceiver the client only sends on. Such senders bypass the
 		// PeerConnection's interceptors, which keeps the per-packet send
@@ -265,7 +272,6 @@ func (s *SFU) join(ctx context.Context, acc auth.Access, sessionID, offer string
 	case <-ctx.Done():
 		return fail(fmt.Errorf("%w: gathering: %w", ErrNegotiation, ctx.Err()))
 	}
-	p.goTracked(func() { s.writeLoop(p) })
 
 	s.mu.Lock()
 	if s.closed {
@@ -351,10 +357,6 @@ func (s *SFU) leave(p *peer) {
 		p.left = true
 		p.wgMu.Unlock()
 		p.wg.Wait()
-		// Release what the write loop left queued.
-		for _, e := range p.q.popAll(nil) {
-			e.pk.release()
-		}
 		if removed {
 			s.log.Info("voice peer left", "session", p.sessionID, "peer", p.id)
 		}
@@ -385,28 +387,25 @@ func (s *SFU) onTrack(p *peer, tr *webrtc.TrackRemote, rc *webrtc.RTPReceiver) {
 	s.readLoop(p, tr, levelID, uint8(tr.PayloadType()))
 }
 
-// readLoop receives the speaker's microphone and fans each packet out to
+// readLoop receives the speaker's microphone and forwards each packet to
 // the listener slots currently holding this speaker. It allocates nothing
-// of its own per packet.
+// per packet: one packet buffer per speaker, reused.
 func (s *SFU) readLoop(p *peer, tr *webrtc.TrackRemote, levelID, pt uint8) {
 	ssrc := uint32(tr.SSRC())
 	p.micSSRC.Store(ssrc)
+	pk := new(packet)
 	for {
-		pk := s.pool.Get().(*packet)
 		n, _, err := tr.Read(pk.b[:])
 		if err != nil {
-			s.pool.Put(pk)
 			return
 		}
 		s.m.received.Inc()
 		if !parseRTP(pk.b[:n], levelID, &pk.info) || pk.info.pt != pt {
 			s.m.dropped[dropMalformed].Inc()
-			s.pool.Put(pk)
 			continue
 		}
 		if pk.info.ssrc != ssrc {
 			s.m.dropped[dropUnknownSSRC].Inc()
-			s.pool.Put(pk)
 			continue
 		}
 		pk.n = n
@@ -438,90 +437,70 @@ func (s *SFU) observe(p *peer, in *rtpInfo, at int64) {
 	}
 }
 
-// fanout queues pk for every listener slot holding p.
+// fanout forwards pk to every listener slot holding p, on the speaker's
+// read goroutine: no hand-off to per-listener goroutines. The ICE port is
+// corked for the fan-out, so its packets leave in one sendmmsg per 64.
+// Nothing here waits on a listener: pion's SRTP write path down to the
+// port only encrypts and queues (UDP never pushes back per peer).
 func (s *SFU) fanout(p *peer, pk *packet) {
 	if p.policy.mode == auth.VoiceOff {
 		s.m.dropped[dropVoiceOff].Inc()
-		s.pool.Put(pk)
 		return
 	}
 	subs := p.subs.Load()
 	if subs == nil || len(*subs) == 0 {
 		s.m.dropped[dropNoListener].Inc()
-		s.pool.Put(pk)
 		return
 	}
-	pk.refs.Store(int32(len(*subs)))
-	for _, sb := range *subs {
-		if d, dropped := sb.l.q.push(entry{pk: pk, src: p, slot: sb.slot}); dropped {
-			s.m.dropped[dropQueueFull].Inc()
-			sb.l.q.done.Add(1)
-			d.pk.release()
-		}
+	if s.port != nil {
+		s.port.Cork()
 	}
-}
-
-// writeLoop sends l's queued packets, rewriting each onto its slot.
-func (s *SFU) writeLoop(l *peer) {
-	batch := make([]entry, 0, s.cfg.QueueLen)
-	hdr := &rtp.Header{Version: 2}
-	for {
-		select {
-		case <-l.done:
-			return
-		case <-l.q.wake:
-		}
-		batch = l.q.popAll(batch[:0])
-		s.sendBatch(l, batch, hdr)
-		clear(batch)
-	}
-}
-
-// sendBatch rewrites and writes a batch; it releases every packet.
-func (s *SFU) sendBatch(l *peer, batch []entry, hdr *rtp.Header) {
 	sent := 0
-	for i := range batch {
-		e := &batch[i]
-		reason := s.send(l, e, hdr)
-		e.pk.release()
-		if reason == "" {
+	for _, sb := range *subs {
+		if reason := s.forward(sb.l.slots[sb.slot], p, pk); reason == "" {
 			sent++
 		} else {
 			s.m.dropped[reason].Inc()
 		}
 	}
+	if s.port != nil {
+		s.port.Uncork()
+	}
 	if sent > 0 {
 		s.m.forwarded.Add(float64(sent))
 	}
-	l.q.done.Add(uint64(len(batch)))
 }
 
-func (s *SFU) send(l *peer, e *entry, hdr *rtp.Header) string {
-	st := l.slots[e.slot]
-	if st.cur.Load() != e.src {
+// forward rewrites pk onto slot st and writes it; it returns the drop
+// reason, or "" when sent.
+func (s *SFU) forward(st *slotTrack, src *peer, pk *packet) string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.cur.Load() != src {
 		return dropStale
 	}
 	b := st.bind.Load()
 	if b == nil {
 		return dropUnbound
 	}
-	seq, ts, switched, ok := st.rw.rewrite(e.src, e.pk.info.seq, e.pk.info.ts, e.pk.at)
+	seq, ts, switched, ok := st.rw.rewrite(src, pk.info.seq, pk.info.ts, pk.at)
 	if !ok {
 		return dropReordered
 	}
-	hdr.Marker = e.pk.info.marker || switched
+	hdr := &st.hdr
+	hdr.Marker = pk.info.marker || switched
 	hdr.PayloadType = b.pt
 	hdr.SequenceNumber = seq
 	hdr.Timestamp = ts
 	hdr.SSRC = b.ssrc
-	payload := e.pk.payload()
+	payload := pk.payload()
 	if _, err := b.w.WriteRTP(hdr, payload); err != nil {
 		return dropWriteError
 	}
 	st.sent.Add(1)
 	st.octets.Add(uint32(len(payload)))
 	st.lastTS.Store(ts)
-	st.lastAt.Store(e.pk.at)
+	st.lastAt.Store(pk.at)
 	return ""
 }
 

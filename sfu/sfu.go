@@ -39,6 +39,12 @@ type Notifier interface {
 	SendVoiceEvent(sessionID string, ev *codec.VoiceEvent) bool
 }
 
+// corker brackets a burst of writes on the ICE port (iceport.Port).
+type corker interface {
+	Cork()
+	Uncork()
+}
+
 // Deps are the SFU's collaborators.
 type Deps struct {
 	Port       *iceport.Port // the shared ICE-lite UDP port (required)
@@ -62,7 +68,7 @@ type SFU struct {
 	api   *webrtc.API      // immutable after New
 	stats *statsGetters    // immutable after New; filled by api's interceptor
 	m     *metrics         // immutable after New
-	pool  sync.Pool        // of *packet
+	port  corker           // immutable after New: Deps.Port (nil in unit tests)
 
 	mu      sync.Mutex
 	members map[string]*member        // guarded by mu; by session id
@@ -113,7 +119,7 @@ func New(cfg Config, d Deps) (*SFU, error) {
 		flagged: make(map[*peer][2]bool),
 		kick:    make(chan struct{}, 1),
 	}
-	s.pool.New = func() any { return &packet{pool: &s.pool} }
+	s.port = d.Port
 	return s, nil
 }
 

@@ -181,7 +181,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for name, mod := range map[string]func(*Config){
 		"slots":    func(c *Config) { c.Slots = 0 },
-		"queue":    func(c *Config) { c.QueueLen = 0 },
 		"loss":     func(c *Config) { c.LossBudget = 1 },
 		"latency":  func(c *Config) { c.LatencyBudgetMs = 0 },
 		"speaking": func(c *Config) { c.SpeakingOff = 120 },

@@ -113,6 +113,9 @@ type batchConn struct {
 	oobs   [maxBatch][]byte // a UDP_SEGMENT control message each
 	iovs   [maxBatch][][]byte
 	noGSO  atomic.Bool // GSO unsupported or switched off
+	// direct: batching switched off (EGBE_ICE_BATCH=off): every write is
+	// one sendto, as with a plain socket. Immutable.
+	direct bool
 	sendTo func(b []byte, to netip.AddrPort) error
 
 	st struct {
@@ -140,6 +143,7 @@ func newBatchConn(conn *net.UDPConn) (*batchConn, error) {
 		c.iovs[i] = make([][]byte, 0, maxGSOSegments)
 	}
 	c.noGSO.Store(!gsoSupported(raw))
+	c.direct = os.Getenv("EGBE_ICE_BATCH") == "off"
 	c.sendTo = func(b []byte, to netip.AddrPort) error {
 		_, err := c.conn.WriteToUDPAddrPort(b, to)
 		return err
@@ -193,6 +197,10 @@ func (c *batchConn) uncork() {
 // (UDP gives no delivery guarantee either way).
 func (c *batchConn) WriteToAddrPort(b []byte, to netip.AddrPort) (int, error) {
 	c.st.packets.Add(1)
+	if c.direct {
+		c.st.syscalls.Add(1)
+		return c.conn.WriteToUDPAddrPort(b, to)
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
