@@ -98,7 +98,7 @@ func countTracks(pc *webrtc.PeerConnection, total, mine *atomic.Int64) {
 var pionListeners = []int{1, 10, 50, 100}
 
 // warm sends until the receiver process has counted at least want.
-func warm(b *testing.B, r *receivers, want int64, send func()) {
+func warm(b testing.TB, r *receivers, want int64, send func()) {
 	deadline := time.Now().Add(15 * time.Second)
 	for r.count(b) < want {
 		if time.Now().After(deadline) {

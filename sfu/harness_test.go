@@ -14,6 +14,7 @@ import (
 
 	"github.com/pion/ice/v4"
 	"github.com/pion/interceptor"
+	"github.com/pion/interceptor/pkg/report"
 	"github.com/pion/rtp"
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
@@ -197,6 +198,11 @@ func (t *rawTrack) RID() string                           { return "" }
 func (t *rawTrack) StreamID() string                      { return "mic-" + t.id }
 func (t *rawTrack) Kind() webrtc.RTPCodecType             { return webrtc.RTPCodecTypeAudio }
 
+// browserLike makes clientAPI's clients send RTCP and ICE consent checks
+// at a browser's intervals rather than pion's defaults (set in the
+// benchmark receiver process, browserEnv).
+var browserLike bool
+
 func clientAPI(t testing.TB, opus bool) *webrtc.API {
 	me := &webrtc.MediaEngine{}
 	c := webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2}
@@ -212,10 +218,24 @@ func clientAPI(t testing.TB, opus bool) *webrtc.API {
 		t.Fatal(err)
 	}
 	ir := &interceptor.Registry{}
-	if err := webrtc.ConfigureRTCPReports(ir); err != nil { // receiver reports -> SFU RTT
+	var se webrtc.SettingEngine
+	if browserLike {
+		// What Chrome sends: RTCP on audio every 5 s, a consent check
+		// on the selected pair every 2.5 s.
+		rr, err := report.NewReceiverInterceptor(report.ReceiverInterval(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sr, err := report.NewSenderInterceptor(report.SenderInterval(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ir.Add(rr)
+		ir.Add(sr)
+		se.SetICETimeouts(5*time.Second, 25*time.Second, 2500*time.Millisecond)
+	} else if err := webrtc.ConfigureRTCPReports(ir); err != nil { // receiver reports -> SFU RTT
 		t.Fatal(err)
 	}
-	var se webrtc.SettingEngine
 	se.SetIncludeLoopbackCandidate(true)
 	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
 	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)

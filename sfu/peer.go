@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/pion/interceptor/pkg/stats"
 	"github.com/pion/rtp"
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
@@ -38,10 +37,15 @@ type peer struct {
 	lastActive []uint32        // guarded by SFU.mu
 	quality    Quality         // guarded by SFU.mu
 	qc         qualityCounters // owned by Run (sampleQuality)
-	stats      stats.Getter    // this PeerConnection's stats interceptor; immutable after join (nil if none)
+	rep        reportState     // owned by Run (sendReports)
+	rtcpSSRC   uint32          // immutable after join: our RTCP SSRC when no slot is bound
 	micSSRC    atomic.Uint32   // the microphone stream's SSRC, once it arrives (onTrack)
-	rttMicros  atomic.Int64    // last RTT from a receiver report on a slot (rtcpLoop)
-	slotLoss   atomic.Uint32   // last RR fraction lost on a slot, x/256 (rtcpLoop)
+	in         inbound         // owned by the read loop: mic reception state
+	mic        micStats        // published by the read loop
+	lsr        atomic.Uint32   // NTP mid-32 of the mic's last sender report (micRTCPLoop)
+	lsrAt      atomic.Int64    // its arrival, unix ns
+	rttMicros  atomic.Int64    // last RTT from a reception report on a slot (rtcpLoop)
+	slotLoss   atomic.Uint32   // last reported fraction lost on a slot, x/256 (rtcpLoop)
 
 	// Speaker side, written by the read loop.
 	hasMic    atomic.Bool
@@ -52,7 +56,7 @@ type peer struct {
 
 	done      chan struct{} // closed by leave
 	closeOnce sync.Once
-	wg        sync.WaitGroup // read and RTCP loops
+	wg        sync.WaitGroup // read loop and RTCP readers
 	wgMu      sync.Mutex     // orders wg.Add against leave's Wait
 	left      bool           // guarded by wgMu
 }
@@ -184,6 +188,12 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
+func randUint32() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return be32(b[:])
+}
+
 // join answers a client's offer and adds its peer to the session's room.
 func (s *SFU) join(ctx context.Context, acc auth.Access, sessionID, offer string) (*peer, string, error) {
 	info, err := checkOffer(offer)
@@ -215,7 +225,7 @@ func (s *SFU) join(ctx context.Context, acc auth.Access, sessionID, offer string
 	p := &peer{
 		id: newID(), sessionID: sessionID, subject: acc.Subject, entityID: si.EntityID,
 		region: si.Region, room: si.InstanceID, policy: newPolicy(acc), pc: pc,
-		stats: s.stats.take(pc.ID()), done: make(chan struct{}),
+		rtcpSSRC: randUint32(), done: make(chan struct{}),
 	}
 	fail := func(err error) (*peer, string, error) {
 		s.leave(p)
@@ -376,6 +386,9 @@ func (s *SFU) onTrack(p *peer, tr *webrtc.TrackRemote, rc *webrtc.RTPReceiver) {
 		}
 	}
 	s.markDirty(p.room)
+	if !p.goTracked(func() { s.micRTCPLoop(p, rc) }) {
+		return
+	}
 	p.wgMu.Lock()
 	if p.left {
 		p.wgMu.Unlock()
@@ -410,6 +423,7 @@ func (s *SFU) readLoop(p *peer, tr *webrtc.TrackRemote, levelID, pt uint8) {
 		}
 		pk.n = n
 		pk.at = s.now().UnixNano()
+		p.observeMic(pk.info.seq, pk.info.ts, pk.at)
 		s.observe(p, &pk.info, pk.at)
 		s.fanout(p, pk)
 	}

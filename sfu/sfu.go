@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/pion/interceptor"
-	"github.com/pion/interceptor/pkg/stats"
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,14 +60,13 @@ type Deps struct {
 
 // SFU is the voice selective forwarding unit.
 type SFU struct {
-	cfg   Config           // immutable after New
-	deps  Deps             // immutable after New
-	log   *slog.Logger     // immutable after New
-	now   func() time.Time // immutable after New
-	api   *webrtc.API      // immutable after New
-	stats *statsGetters    // immutable after New; filled by api's interceptor
-	m     *metrics         // immutable after New
-	port  corker           // immutable after New: Deps.Port (nil in unit tests)
+	cfg  Config           // immutable after New
+	deps Deps             // immutable after New
+	log  *slog.Logger     // immutable after New
+	now  func() time.Time // immutable after New
+	api  *webrtc.API      // immutable after New
+	m    *metrics         // immutable after New
+	port corker           // immutable after New: Deps.Port (nil in unit tests)
 
 	mu      sync.Mutex
 	members map[string]*member        // guarded by mu; by session id
@@ -79,6 +77,8 @@ type SFU struct {
 	closed  bool                      // guarded by mu
 	cands   []candidate               // guarded by mu; scratch
 	flagged map[*peer][2]bool         // guarded by mu; latency, loss
+	scratch []*peer                   // owned by Run
+	samples []Quality                 // owned by Run
 
 	kick chan struct{} // cap 1: dirty rooms exist
 	wg   sync.WaitGroup
@@ -105,12 +105,12 @@ func New(cfg Config, d Deps) (*SFU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sfu: metrics: %w", err)
 	}
-	api, getters, err := newAPI(d.Port)
+	api, err := newAPI(d.Port)
 	if err != nil {
 		return nil, err
 	}
 	s := &SFU{
-		cfg: cfg, deps: d, log: d.Logger.With("component", "sfu"), now: d.Now, api: api, stats: getters, m: m,
+		cfg: cfg, deps: d, log: d.Logger.With("component", "sfu"), now: d.Now, api: api, m: m,
 		members: make(map[string]*member),
 		peers:   make(map[string]*peer),
 		rooms:   make(map[string]map[*peer]bool),
@@ -124,9 +124,9 @@ func New(cfg Config, d Deps) (*SFU, error) {
 }
 
 // newAPI builds the voice webrtc.API: Opus and the RFC 6464 audio-level
-// extension only, RTCP sender/receiver reports and the stats interceptor
-// (RTT, loss, jitter), on the shared ICE-lite port.
-func newAPI(port *iceport.Port) (*webrtc.API, *statsGetters, error) {
+// extension only, no interceptors (the SFU does voice RTCP itself,
+// quality.go), on the shared ICE-lite port with voice's ICE timers.
+func newAPI(port *iceport.Port) (*webrtc.API, error) {
 	me := &webrtc.MediaEngine{}
 	if err := me.RegisterCodec(webrtc.RTPCodecParameters{
 		RTPCodecCapability: webrtc.RTPCodecCapability{
@@ -135,55 +135,39 @@ func newAPI(port *iceport.Port) (*webrtc.API, *statsGetters, error) {
 		},
 		PayloadType: 111,
 	}, webrtc.RTPCodecTypeAudio); err != nil {
-		return nil, nil, fmt.Errorf("sfu: register opus: %w", err)
+		return nil, fmt.Errorf("sfu: register opus: %w", err)
 	}
 	if err := me.RegisterHeaderExtension(webrtc.RTPHeaderExtensionCapability{URI: sdp.AudioLevelURI},
 		webrtc.RTPCodecTypeAudio); err != nil {
-		return nil, nil, fmt.Errorf("sfu: register audio level: %w", err)
+		return nil, fmt.Errorf("sfu: register audio level: %w", err)
 	}
-	ir := &interceptor.Registry{}
-	if err := webrtc.ConfigureRTCPReports(ir); err != nil {
-		return nil, nil, fmt.Errorf("sfu: rtcp reports: %w", err)
-	}
-	// Our own stats interceptor, read per SSRC, rather than
-	// PeerConnection.GetStats: pion's close clears what GetStats reads
-	// without a lock, and pion closes a PeerConnection on its own when the
-	// peer's DTLS close_notify arrives, so GetStats races with it.
-	getters := &statsGetters{}
-	si, err := stats.NewInterceptor()
-	if err != nil {
-		return nil, nil, fmt.Errorf("sfu: stats: %w", err)
-	}
-	si.OnNewPeerConnection(func(id string, g stats.Getter) { getters.m.Store(id, g) })
-	ir.Add(si)
 	se := port.SettingEngine()
-	return webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(ir),
-		webrtc.WithSettingEngine(se)), getters, nil
+	// The edge is ICE-lite: the client (a full agent) runs the checks and
+	// consent freshness (RFC 7675: a binding request every ~5 s), so the
+	// edge's agent sends no keepalives of its own (0) and only needs to
+	// notice a client gone quiet: disconnected after 12 s without a
+	// packet, failed (the peer leaves) 18 s later, the same 30 s pion's
+	// defaults give, with one agent wake-up every 12 s instead of 2 s.
+	se.SetICETimeouts(iceDisconnected, iceFailed, 0)
+	return webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(&interceptor.Registry{}),
+		webrtc.WithSettingEngine(se)), nil
 }
 
-// statsGetters maps a PeerConnection's ID to its stats interceptor.
-type statsGetters struct {
-	m sync.Map // string -> stats.Getter
-}
-
-// take returns the getter of the PeerConnection with id and forgets it
-// (the peer keeps it); nil if there is none.
-func (g *statsGetters) take(id string) stats.Getter {
-	v, ok := g.m.LoadAndDelete(id)
-	if !ok {
-		return nil
-	}
-	return v.(stats.Getter)
-}
+// ICE timers of voice peers (see newAPI).
+const (
+	iceDisconnected = 12 * time.Second
+	iceFailed       = 18 * time.Second
+)
 
 // Run drives recomputation of rooms marked dirty (movement, speaking
-// changes), speaking timeouts and RTCP quality sampling, until ctx is done.
+// changes), speaking timeouts, voice RTCP and quality sampling, until ctx
+// is done.
 func (s *SFU) Run(ctx context.Context) error {
 	stats := time.NewTicker(s.cfg.StatsInterval)
 	defer stats.Stop()
 	silence := time.NewTicker(s.cfg.SilenceAfter / 3)
 	defer silence.Stop()
-	reports := time.NewTicker(time.Second) // RTCP SR interval
+	reports := time.NewTicker(s.cfg.ReportInterval)
 	defer reports.Stop()
 	var heartbeat <-chan time.Time
 	if s.deps.Rooms != nil {
@@ -204,7 +188,7 @@ func (s *SFU) Run(ctx context.Context) error {
 		case <-stats.C:
 			s.sampleQuality()
 		case <-reports.C:
-			s.sendSenderReports()
+			s.sendReports()
 		}
 	}
 }
