@@ -31,6 +31,7 @@ const (
 	slotsEnv   = "EGBE_SFU_BENCH_SLOTS"
 	speakerEnv = "EGBE_SFU_BENCH_SPEAKER"
 	browserEnv = "EGBE_SFU_BENCH_BROWSERLIKE" // clients use browser RTCP/consent intervals
+	quietEnv   = "EGBE_SFU_BENCH_QUIET"       // clients send no RTCP, consent every 10 s
 )
 
 func receiversMain() int {
@@ -41,6 +42,7 @@ func receiversMain() int {
 	}
 	slots, _ := strconv.Atoi(os.Getenv(slotsEnv))
 	browserLike = os.Getenv(browserEnv) != ""
+	quietClients = os.Getenv(quietEnv) != ""
 	tb := &helperTB{}
 	var got atomic.Int64
 	var mine atomic.Int64

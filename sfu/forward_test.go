@@ -2,6 +2,10 @@ package sfu
 
 import (
 	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -171,5 +175,157 @@ func TestRewriter(t *testing.T) {
 	seq, ts, sw, ok := r.rewrite(a, 104, 8840, at(200))
 	if !ok || !sw || seq != 106 || ts != 7880+7*960 {
 		t.Fatalf("switch back: seq %d ts %d sw %v ok %v", seq, ts, sw, ok)
+	}
+}
+
+// TestForwardPionZeroAllocs: nothing allocates from the speaker's RTP
+// read (the read loop's track read: SRTP-decrypted packet out of pion)
+// through the fan-out to every listener's SRTP encryption and the batched
+// UDP write, at 1 and at 100 listeners. Speaker and listeners are real
+// pion clients in a child process (only the edge's allocations count);
+// each run is one microphone packet, done when every listener's slot has
+// written it.
+//
+// Two measures. testing.AllocsPerRun counts the whole process, where
+// pion's per-agent ICE timers (every 2 s, about ten allocations each, in
+// 100 agents connected together) land in some windows and not others: the
+// quietest of several 50-packet windows must be 0. And, exactly, every
+// allocation whose stack passes through the read loop, from the heap
+// profile at MemProfileRate 1 over all the windows, must be 0. The edge's
+// periodic RTCP and sampling are not on the path and are pushed out of
+// the window; the clients send no RTCP and a consent check every 10 s.
+func TestForwardPionZeroAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("joins 100 pion peers (-short)")
+	}
+	rate := runtime.MemProfileRate
+	t.Cleanup(func() { runtime.MemProfileRate = rate })
+	for _, n := range []int{1, 100} {
+		t.Run(fmt.Sprintf("listeners=%d", n), func(t *testing.T) {
+			e := newEnv(t, func(c *Config) { c.StatsInterval, c.ReportInterval = time.Hour, time.Hour })
+			r, ps := joinChildren(t, e, n+1, speakerEnv+"=1", quietEnv+"=1")
+			listeners := ps[1:]
+			sent := func() (total int64) {
+				for _, l := range listeners {
+					total += int64(l.slots[0].sent.Load())
+				}
+				return total
+			}
+			// Warm up: the speaker's track arrives, the room is
+			// recomputed and every listener's slot carries it.
+			waitFor(t, 20*time.Second, "every listener hears the speaker", func() bool {
+				r.speak(t)
+				for _, l := range listeners {
+					if l.slots[0].sent.Load() < 3 {
+						return false
+					}
+				}
+				return true
+			})
+			want := sent()
+			for range 50 { // settle buffers and pion's per-stream state
+				r.speak(t)
+				want += int64(n)
+				waitSent(t, sent, want)
+			}
+			count0, want0 := r.count(t), want
+			quietest := math.Inf(1)
+			for range 10 {
+				a := testing.AllocsPerRun(50, func() {
+					r.speak(t)
+					want += int64(n)
+					for sent() < want {
+						runtime.Gosched()
+					}
+				})
+				quietest = min(quietest, a)
+			}
+			if quietest != 0 {
+				t.Errorf("AllocsPerRun: %.0f per forwarded microphone packet in the quietest window (%d listeners)", quietest, n)
+			}
+			// The same windows again with every allocation profiled.
+			runtime.MemProfileRate = 1
+			before := readLoopAllocs()
+			for range 10 * 51 {
+				r.speak(t)
+				want += int64(n)
+				for sent() < want {
+					runtime.Gosched()
+				}
+			}
+			runtime.MemProfileRate = rate
+			var path int64
+			for stack, a := range readLoopAllocs() {
+				if d := a - before[stack]; d > 0 {
+					path += d
+					t.Logf("%d allocations at%s", d, stack)
+				}
+			}
+			if path != 0 {
+				t.Errorf("%d allocations on the read loop's path over %d packets (%d listeners)", path, 10*51, n)
+			}
+			// And the listeners received every packet forwarded.
+			waitFor(t, 5*time.Second, "receivers count the forwarded packets", func() bool {
+				return r.count(t)-count0 >= want-want0
+			})
+		})
+	}
+}
+
+// runtimeCaches are the runtime's and sync's own amortised allocations:
+// pool refills after a GC emptied a sync.Pool, pool chain links, the
+// per-P sudog cache of select, the per-P timer heap, the type-switch
+// caches the runtime grows at random. They happen a bounded number of
+// times per GC or ever, not per packet.
+var runtimeCaches = map[string]bool{
+	"sync.(*Pool).Get":                  true,
+	"sync.(*Pool).pinSlow":              true,
+	"sync.(*poolChain).pushHead":        true,
+	"runtime.acquireSudog":              true,
+	"runtime.(*timers).addHeap":         true,
+	"runtime.buildTypeAssertCache":      true,
+	"runtime.buildInterfaceSwitchCache": true,
+}
+
+// readLoopAllocs maps each allocation stack through SFU.readLoop (other
+// than runtimeCaches) to its allocations so far (exact at MemProfileRate
+// 1).
+func readLoopAllocs() map[string]int64 {
+	runtime.GC() // the profile is published two cycles late
+	runtime.GC()
+	n, _ := runtime.MemProfile(nil, true)
+	recs := make([]runtime.MemProfileRecord, n+64)
+	n, _ = runtime.MemProfile(recs, true)
+	out := map[string]int64{}
+	for _, rec := range recs[:n] {
+		var stack strings.Builder
+		frames := runtime.CallersFrames(rec.Stack())
+		for {
+			f, more := frames.Next()
+			if runtimeCaches[f.Function] {
+				break
+			}
+			fmt.Fprintf(&stack, "\n\t%s:%d", f.Function, f.Line)
+			if strings.HasSuffix(f.Function, "sfu.(*SFU).readLoop") {
+				out[stack.String()] += rec.AllocObjects
+				break
+			}
+			if !more {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// waitSent spins until sent() reaches want (bounded).
+func waitSent(t *testing.T, sent func() int64, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for sent() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("forwarded %d of %d", sent(), want)
+		}
+		runtime.Gosched()
 	}
 }

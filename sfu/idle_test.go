@@ -6,12 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pion/webrtc/v4"
+
 	"github.com/oshun/egbe-edge/auth"
 )
 
 // joinChildren joins n child-process clients through the HTTP API (room
-// "r", every session in squad "s") and waits until every peer's slots are
-// bound (DTLS up). It returns the edge's peers in offer order.
+// "r", every session in squad "s") and waits until every peer is
+// connected (ICE and DTLS up, SRTP ready). It returns the edge's peers in
+// offer order.
 func joinChildren(tb testing.TB, e *testEnv, n int, env ...string) (*receivers, []*peer) {
 	tb.Helper()
 	ids := make([]string, n)
@@ -37,7 +40,8 @@ func joinChildren(tb testing.TB, e *testEnv, n int, env ...string) (*receivers, 
 		e.sfu.mu.Lock()
 		for i, id := range ids {
 			ps[i] = e.sfu.peers[id]
-			if ps[i] != nil && len(ps[i].slots) > 0 && ps[i].slots[0].bind.Load() != nil {
+			if ps[i] != nil && len(ps[i].slots) > 0 && ps[i].slots[0].bind.Load() != nil &&
+				ps[i].pc.ConnectionState() == webrtc.PeerConnectionStateConnected {
 				bound++
 			}
 		}

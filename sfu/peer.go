@@ -508,8 +508,14 @@ func (s *SFU) forward(st *slotTrack, src *peer, pk *packet) string {
 	hdr.Timestamp = ts
 	hdr.SSRC = b.ssrc
 	payload := pk.payload()
-	if _, err := b.w.WriteRTP(hdr, payload); err != nil {
+	n, err := b.w.WriteRTP(hdr, payload)
+	if err != nil {
 		return dropWriteError
+	}
+	if n == 0 {
+		// pion binds a slot at negotiation and drops its writes,
+		// without an error, until DTLS has set up SRTP.
+		return dropUnbound
 	}
 	st.sent.Add(1)
 	st.octets.Add(uint32(len(payload)))

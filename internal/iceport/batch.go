@@ -2,6 +2,7 @@ package iceport
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -11,7 +12,6 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
 
@@ -90,9 +90,9 @@ type batch struct {
 // net.PacketConn and pion/ice's AddrPortReaderWriter, so the ICE mux reads
 // and writes through it without allocating.
 type batchConn struct {
-	conn *net.UDPConn     // immutable
-	pc   *ipv4.PacketConn // immutable; sendmmsg
-	raw  syscall.RawConn  // immutable
+	conn *net.UDPConn    // immutable
+	raw  syscall.RawConn // immutable
+	v6   bool            // immutable: an AF_INET6 (dual-stack) socket
 
 	mu       sync.Mutex
 	cond     sync.Cond // signalled when a flush ends (guarded by mu)
@@ -106,13 +106,19 @@ type batchConn struct {
 	stop     chan struct{} // closed by Close: the flusher returns
 	done     chan struct{} // closed when the flusher has returned
 
-	// Owned by the goroutine that holds flushing.
-	msgs   [maxBatch]ipv4.Message
-	addrs  [maxBatch]net.UDPAddr
-	ips    [maxBatch][16]byte
-	oobs   [maxBatch][]byte // a UDP_SEGMENT control message each
-	iovs   [maxBatch][][]byte
-	noGSO  atomic.Bool // GSO unsupported or switched off
+	// Owned by the goroutine that holds flushing: the sendmmsg(2)
+	// arguments, built in place (no allocation per batch).
+	hdrs   [maxBatch]mmsghdr
+	iovs   [maxBatch]unix.Iovec
+	names  [maxBatch]unix.RawSockaddrInet6     // an Inet4 one is its prefix
+	oobs   [maxBatch][cmsgSegmentLenConst]byte // a UDP_SEGMENT control message each
+	first  [maxBatch]int                       // first packet of each message
+	hstart int                                 // first message of hdrs for sendmmsg
+	nhdr   int                                 // messages from hstart for sendmmsg
+	sent   int                                 // sendmmsg's result
+	errno  syscall.Errno                       // sendmmsg's error
+	sendmm func(fd uintptr) bool               // the RawConn.Write callback (built once)
+	noGSO  atomic.Bool                         // GSO unsupported or switched off
 	// direct: batching switched off (EGBE_ICE_BATCH=off): every write is
 	// one sendto, as with a plain socket. Immutable.
 	direct bool
@@ -130,17 +136,24 @@ func newBatchConn(conn *net.UDPConn) (*batchConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if n := unix.CmsgSpace(2); n != cmsgSegmentLenConst {
+		return nil, fmt.Errorf("iceport: CMSG_SPACE(2) is %d here, want %d", n, cmsgSegmentLenConst)
+	}
 	c := &batchConn{
-		conn: conn, pc: ipv4.NewPacketConn(conn), raw: raw,
+		conn: conn, raw: raw, v6: isV6(raw),
 		pend: newBatch(), spare: newBatch(),
 		hold: time.NewTimer(time.Hour),
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	c.hold.Stop()
 	c.cond.L = &c.mu
-	for i := range c.oobs {
-		c.oobs[i] = make([]byte, 0, unix.CmsgSpace(2))
-		c.iovs[i] = make([][]byte, 0, maxGSOSegments)
+	c.sendmm = func(fd uintptr) bool {
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&c.hdrs[c.hstart])), uintptr(c.nhdr), 0, 0, 0)
+		if e == unix.EAGAIN {
+			return false // the poller waits for room
+		}
+		c.sent, c.errno = int(n), e
+		return true
 	}
 	c.noGSO.Store(!gsoSupported(raw))
 	c.direct = os.Getenv("EGBE_ICE_BATCH") == "off"
@@ -324,8 +337,7 @@ func (c *batchConn) send(b *batch) { c.sendFrom(b, 0, !c.noGSO.Load()) }
 // sendFrom sends packets first.. of b, merging same-destination runs into
 // GSO super-packets when gso is set.
 func (c *batchConn) sendFrom(b *batch, first int, gso bool) {
-	m := 0
-	var start [maxBatch]int // first packet of each message
+	m, iov := 0, 0
 	for i := first; i < b.n; {
 		j := i + 1
 		if gso {
@@ -342,79 +354,116 @@ func (c *batchConn) sendFrom(b *batch, first int, gso bool) {
 				}
 			}
 		}
-		msg := &c.msgs[m]
-		msg.Buffers = append(c.iovs[m][:0], b.bufs[i:j]...)
-		c.iovs[m] = msg.Buffers
-		msg.OOB = c.oobs[m][:0]
-		if j-i > 1 {
-			msg.OOB = appendSegmentSize(msg.OOB, uint16(len(b.bufs[i])))
-			c.oobs[m] = msg.OOB
+		h := &c.hdrs[m].hdr
+		*h = unix.Msghdr{}
+		h.Iov = &c.iovs[iov]
+		h.SetIovlen(j - i)
+		for k := i; k < j; k++ {
+			c.iovs[iov].Base = unsafe.SliceData(b.bufs[k])
+			c.iovs[iov].SetLen(len(b.bufs[k]))
+			iov++
 		}
-		msg.Addr = c.udpAddr(m, b.dst[i])
-		start[m] = i
+		h.Name, h.Namelen = c.sockaddr(m, b.dst[i])
+		if j-i > 1 {
+			putSegmentSize(&c.oobs[m], uint16(len(b.bufs[i])))
+			h.Control = &c.oobs[m][0]
+			h.SetControllen(cmsgSegmentLenConst)
+		}
+		c.first[m] = i
 		m++
 		i = j
 	}
-	defer func() {
-		for k := 0; k < m; k++ {
-			c.msgs[k].Buffers, c.msgs[k].Addr = nil, nil
-		}
-	}()
 	for k := 0; k < m; {
-		n, err := c.pc.WriteBatch(c.msgs[k:m], 0)
+		c.hstart, c.nhdr = k, m-k
+		err := c.raw.Write(c.sendmm)
 		c.st.syscalls.Add(1)
+		if err == nil && c.errno != 0 {
+			err = c.errno
+		}
 		if err != nil {
-			if len(c.msgs[k].OOB) > 0 {
+			if c.hdrs[k].hdr.Controllen > 0 {
 				// A super-packet was refused: send its packets one by
 				// one (and everything after it). EIO means the device
 				// cannot segment: no GSO from now on.
 				if errors.Is(err, unix.EIO) {
 					c.noGSO.Store(true)
 				}
-				c.sendFrom(b, start[k], false)
+				c.sendFrom(b, c.first[k], false)
+				return
+			}
+			if isClosed(err) || errors.Is(err, os.ErrDeadlineExceeded) {
+				// The socket is closed, or writes are being aborted
+				// (the ICE mux's shutdown): nothing more goes out.
+				c.st.errors.Add(uint64(b.n - c.first[k]))
 				return
 			}
 			c.st.errors.Add(1)
 			k++ // skip the refused message, keep the rest
 			continue
 		}
-		for _, msg := range c.msgs[k : k+n] {
-			if len(msg.Buffers) > 1 {
-				c.st.segments.Add(uint64(len(msg.Buffers)))
+		for _, mh := range c.hdrs[k : k+c.sent] {
+			if mh.hdr.Iovlen > 1 {
+				c.st.segments.Add(mh.hdr.Iovlen)
 			}
 		}
-		c.st.messages.Add(uint64(n))
-		k += n
+		c.st.messages.Add(uint64(c.sent))
+		k += c.sent
 	}
 }
 
-// udpAddr fills message m's preallocated address with ap (no allocation).
-func (c *batchConn) udpAddr(m int, ap netip.AddrPort) *net.UDPAddr {
-	a := &c.addrs[m]
+// isClosed reports a write on a closed socket.
+func isClosed(err error) bool { return errors.Is(err, net.ErrClosed) || errors.Is(err, unix.EBADF) }
+
+// sockaddr fills message m's destination in the socket's family: an IPv4
+// address on a dual-stack AF_INET6 socket is written IPv4-mapped.
+func (c *batchConn) sockaddr(m int, ap netip.AddrPort) (*byte, uint32) {
+	sa := &c.names[m]
 	ip := ap.Addr()
-	if ip.Is4() || ip.Is4In6() {
-		v := ip.Unmap().As4()
-		a.IP = append(c.ips[m][:0], v[:]...)
-	} else {
-		v := ip.As16()
-		a.IP = append(c.ips[m][:0], v[:]...)
+	if !c.v6 {
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		*sa4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ip.Unmap().As4()}
+		putPort(&sa4.Port, ap.Port())
+		return (*byte)(unsafe.Pointer(sa4)), unix.SizeofSockaddrInet4
 	}
-	a.Port = int(ap.Port())
-	a.Zone = ""
-	return a
+	*sa = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: ip.As16()}
+	putPort(&sa.Port, ap.Port())
+	return (*byte)(unsafe.Pointer(sa)), unix.SizeofSockaddrInet6
 }
 
-// appendSegmentSize appends a UDP_SEGMENT control message (the GSO segment
-// size, a native-endian uint16) to b.
-func appendSegmentSize(b []byte, size uint16) []byte {
-	start := len(b)
-	b = append(b, make([]byte, unix.CmsgSpace(2))...)
-	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[start]))
+// putPort stores a port in network byte order.
+func putPort(dst *uint16, port uint16) {
+	b := (*[2]byte)(unsafe.Pointer(dst))
+	b[0], b[1] = byte(port>>8), byte(port)
+}
+
+// isV6 reports whether the socket is AF_INET6.
+func isV6(raw syscall.RawConn) bool {
+	var sa unix.Sockaddr
+	_ = raw.Control(func(fd uintptr) { sa, _ = unix.Getsockname(int(fd)) })
+	_, ok := sa.(*unix.SockaddrInet6)
+	return ok
+}
+
+// mmsghdr is struct mmsghdr of sendmmsg(2).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	len uint32
+	_   [4]byte
+}
+
+// cmsgSegmentLenConst is the size of a UDP_SEGMENT control message,
+// CMSG_SPACE(sizeof(uint16)) on 64-bit Linux (checked in newBatchConn).
+const cmsgSegmentLenConst = 24
+
+// putSegmentSize writes a UDP_SEGMENT control message (the GSO segment
+// size, a native-endian uint16) into b.
+func putSegmentSize(b *[cmsgSegmentLenConst]byte, size uint16) {
+	*b = [cmsgSegmentLenConst]byte{}
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
 	h.Level = unix.IPPROTO_UDP
 	h.Type = unix.UDP_SEGMENT
 	h.SetLen(unix.CmsgLen(2))
-	*(*uint16)(unsafe.Pointer(&b[start+unix.CmsgSpace(0)])) = size
-	return b
+	*(*uint16)(unsafe.Pointer(&b[unix.CmsgSpace(0)])) = size
 }
 
 func (c *batchConn) stats() Stats {

@@ -313,3 +313,54 @@ func TestBatchCloseWhileFlushing(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchDualStack: on a dual-stack socket (":port", what the edge's
+// default --ice-udp opens) IPv4 destinations go out IPv4-mapped, and
+// both families arrive, through plain and GSO messages.
+func TestBatchDualStack(t *testing.T) {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc, err := newBatchConn(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bc.Close() })
+	if !bc.v6 {
+		t.Skip("no IPv6 on this host: the socket is AF_INET") // the AF_INET path is every other test
+	}
+	s4 := newSink(t)
+	c6, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		t.Fatalf("IPv6 loopback: %v", err)
+	}
+	s6 := &sink{conn: c6, ap: c6.LocalAddr().(*net.UDPAddr).AddrPort()}
+	s6.wg.Add(1)
+	go func() {
+		defer s6.wg.Done()
+		buf := make([]byte, 65536)
+		for {
+			n, _, err := c6.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			s6.mu.Lock()
+			s6.got = append(s6.got, append([]byte(nil), buf[:n]...))
+			s6.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { _ = c6.Close(); s6.wg.Wait() })
+	bc.cork()
+	for seq := range 10 {
+		_, _ = bc.WriteToAddrPort(pkt(0, uint32(seq), 100), s4.ap)
+	}
+	for seq := range 10 {
+		_, _ = bc.WriteToAddrPort(pkt(0, uint32(seq), 100), s6.ap)
+	}
+	bc.uncork()
+	for _, s := range []*sink{s4, s6} {
+		waitFor(t, 2*time.Second, "both families", func() bool { return s.count() >= 10 })
+		checkStream(t, s, []uint32{0}, 10)
+	}
+}
