@@ -194,6 +194,8 @@ func TestRewriter(t *testing.T) {
 // profile at MemProfileRate 1 over all the windows, must be 0. The edge's
 // periodic RTCP and sampling are not on the path and are pushed out of
 // the window; the clients send no RTCP and a consent check every 10 s.
+// Under the race detector (sync.Pool drops at random) only the exact
+// stack count applies.
 func TestForwardPionZeroAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("joins 100 pion peers (-short)")
@@ -240,7 +242,7 @@ func TestForwardPionZeroAllocs(t *testing.T) {
 				})
 				quietest = min(quietest, a)
 			}
-			if quietest != 0 {
+			if quietest != 0 && !raceEnabled {
 				t.Errorf("AllocsPerRun: %.0f per forwarded microphone packet in the quietest window (%d listeners)", quietest, n)
 			}
 			// The same windows again with every allocation profiled.
