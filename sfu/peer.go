@@ -94,8 +94,13 @@ func (p *peer) goTracked(f func()) bool {
 // fixed by its sender; whichever speaker holds the slot is rewritten onto it.
 type slotTrack struct {
 	id, stream string
-	cur        atomic.Pointer[peer]    // speaker holding the slot (set by recompute)
-	bind       atomic.Pointer[binding] // set by Bind
+	// pt is the Opus payload type this m-line negotiated (the offer's:
+	// 111 from Chrome, 109 from Firefox). Immutable after join. The
+	// sender, built from the SFU's API, would otherwise bind the API's
+	// registration (111).
+	pt   uint8
+	cur  atomic.Pointer[peer]    // speaker holding the slot (set by recompute)
+	bind atomic.Pointer[binding] // set by Bind
 
 	// mu serialises the speakers' fan-outs into this slot (only around a
 	// switch do two speakers' read loops meet here): the rewrite and the
@@ -121,7 +126,12 @@ var _ webrtc.TrackLocal = (*slotTrack)(nil)
 func (t *slotTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameters, error) {
 	for _, c := range ctx.CodecParameters() {
 		if strings.EqualFold(c.MimeType, webrtc.MimeTypeOpus) {
-			t.bind.Store(&binding{w: ctx.WriteStream(), ssrc: uint32(ctx.SSRC()), pt: uint8(c.PayloadType)})
+			pt := uint8(c.PayloadType)
+			if t.pt != 0 {
+				pt = t.pt
+				c.PayloadType = webrtc.PayloadType(pt)
+			}
+			t.bind.Store(&binding{w: ctx.WriteStream(), ssrc: uint32(ctx.SSRC()), pt: pt})
 			return c, nil
 		}
 	}
@@ -133,6 +143,17 @@ func (t *slotTrack) ID() string                            { return t.id }
 func (t *slotTrack) RID() string                           { return "" }
 func (t *slotTrack) StreamID() string                      { return t.stream }
 func (t *slotTrack) Kind() webrtc.RTPCodecType             { return webrtc.RTPCodecTypeAudio }
+
+// negotiatedOpusPT is the Opus payload type of t's m-line as negotiated
+// (0 if none).
+func negotiatedOpusPT(t *webrtc.RTPTransceiver) uint8 {
+	for _, c := range t.Receiver().GetParameters().Codecs {
+		if strings.EqualFold(c.MimeType, webrtc.MimeTypeOpus) {
+			return uint8(c.PayloadType)
+		}
+	}
+	return 0
+}
 
 // offerInfo is what checkOffer learns from an offer.
 type offerInfo struct {
@@ -240,6 +261,7 @@ func (s *SFU) join(ctx context.Context, acc auth.Access, sessionID, offer string
 	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
 		return fail(fmt.Errorf("%w: %w", ErrBadSDP, err))
 	}
+	preferOpus(pc)
 	// Attach slot tracks to the client's audio m-lines that can receive
 	// (recvonly or sendrecv), in offer order, up to K.
 	for _, t := range pc.GetTransceivers() {
@@ -253,11 +275,11 @@ func (s *SFU) join(ctx context.Context, acc auth.Access, sessionID, offer string
 			continue
 		}
 		st := &slotTrack{id: fmt.Sprintf("slot%d", len(p.slots)), stream: "egbe-voice-" + p.id,
-			hdr: rtp.Header{Version: 2}}
+			hdr: rtp.Header{Version: 2}, pt: negotiatedOpusPT(t)}
 		// A sender from s.api, not pc.AddTrack: AddTrack could pick a
 		// transceiver the client only sends on. Such senders bypass the
 		// PeerConnection's interceptors, which keeps the per-packet send
-		// path short; sendSenderReports writes their RTCP SRs.
+		// path short; sendReports writes their RTCP SRs.
 		snd, err := s.api.NewRTPSender(st, t.Receiver().Transport())
 		if err != nil {
 			return fail(fmt.Errorf("%w: sender: %w", ErrNegotiation, err))

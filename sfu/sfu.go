@@ -128,13 +128,9 @@ func New(cfg Config, d Deps) (*SFU, error) {
 // quality.go), on the shared ICE-lite port with voice's ICE timers.
 func newAPI(port *iceport.Port) (*webrtc.API, error) {
 	me := &webrtc.MediaEngine{}
-	if err := me.RegisterCodec(webrtc.RTPCodecParameters{
-		RTPCodecCapability: webrtc.RTPCodecCapability{
-			MimeType: webrtc.MimeTypeOpus, ClockRate: opusClock, Channels: 2,
-			SDPFmtpLine: "minptime=10;useinbandfec=1",
-		},
-		PayloadType: 111,
-	}, webrtc.RTPCodecTypeAudio); err != nil {
+	opus := opusCodec
+	opus.PayloadType = 111
+	if err := me.RegisterCodec(opus, webrtc.RTPCodecTypeAudio); err != nil {
 		return nil, fmt.Errorf("sfu: register opus: %w", err)
 	}
 	if err := me.RegisterHeaderExtension(webrtc.RTPHeaderExtensionCapability{URI: sdp.AudioLevelURI},
