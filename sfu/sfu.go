@@ -241,9 +241,12 @@ func (s *SFU) UpdatePosition(sessionID string, x, y, z int32) {
 // Control applies a mute/unmute or squad join/leave from the realtime
 // session. The affected room is recomputed before Control returns, so the
 // change is in effect for the next packet (well within one 20 ms frame).
+// A client's mistake is a *codec.WireError with a client code
+// (voice_control_invalid, voice_control_limit) wrapping ErrBadControl or
+// ErrLimit; nothing changes and the session goes on.
 func (s *SFU) Control(sessionID string, c *codec.VoiceControl) error {
 	if c == nil || c.GetOp() == nil {
-		return ErrBadControl
+		return controlError(ErrBadControl, "voice control without an operation")
 	}
 	s.mu.Lock()
 	m := s.memberLocked(sessionID)
@@ -252,9 +255,9 @@ func (s *SFU) Control(sessionID string, c *codec.VoiceControl) error {
 	case *codec.VoiceControl_MuteEntityId:
 		switch {
 		case op.MuteEntityId == 0:
-			err = fmt.Errorf("%w: mute entity 0", ErrBadControl)
+			err = controlError(ErrBadControl, "mute of entity 0")
 		case len(m.muted) >= s.cfg.MaxMutes:
-			err = fmt.Errorf("%w: %d mutes", ErrLimit, len(m.muted))
+			err = controlError(ErrLimit, "more than %d muted entities", s.cfg.MaxMutes)
 		default:
 			if m.muted == nil {
 				m.muted = make(map[uint32]struct{})
@@ -264,11 +267,12 @@ func (s *SFU) Control(sessionID string, c *codec.VoiceControl) error {
 	case *codec.VoiceControl_UnmuteEntityId:
 		delete(m.muted, op.UnmuteEntityId)
 	case *codec.VoiceControl_JoinSquad:
+		_, member := m.squads[op.JoinSquad]
 		switch {
-		case op.JoinSquad == "" || len(op.JoinSquad) > 128:
-			err = fmt.Errorf("%w: squad id length %d", ErrBadControl, len(op.JoinSquad))
-		case len(m.squads) >= s.cfg.MaxSquads:
-			err = fmt.Errorf("%w: %d squads", ErrLimit, len(m.squads))
+		case op.JoinSquad == "" || len(op.JoinSquad) > maxSquadID:
+			err = controlError(ErrBadControl, "squad id of %d bytes (1 to %d)", len(op.JoinSquad), maxSquadID)
+		case !member && len(m.squads) >= s.cfg.MaxSquads:
+			err = controlError(ErrLimit, "more than %d squads", s.cfg.MaxSquads)
 		default:
 			if m.squads == nil {
 				m.squads = make(map[string]struct{})
@@ -278,7 +282,7 @@ func (s *SFU) Control(sessionID string, c *codec.VoiceControl) error {
 	case *codec.VoiceControl_LeaveSquad:
 		delete(m.squads, op.LeaveSquad)
 	default:
-		err = ErrBadControl
+		err = controlError(ErrBadControl, "unknown voice control operation")
 	}
 	var evs []pendingEvent
 	if err == nil && m.peer != nil {
@@ -288,6 +292,9 @@ func (s *SFU) Control(sessionID string, c *codec.VoiceControl) error {
 	s.notify(evs)
 	return err
 }
+
+// maxSquadID bounds a squad id (bytes).
+const maxSquadID = 128
 
 // SessionClosed forgets a realtime session and leaves its voice peer.
 func (s *SFU) SessionClosed(sessionID string) {
