@@ -1,5 +1,29 @@
 package admission
 
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// abuseSamplesJSON is the labelled sample set of the precision gate.
+//
+//go:embed abuse_samples.json
+var abuseSamplesJSON string
+
+// AbuseSamples is the labelled sample set the precision gate runs (50+
+// sessions, humans and bots, with their signals).
+func AbuseSamples() ([]LabelledSample, error) {
+	dec := json.NewDecoder(strings.NewReader(abuseSamplesJSON))
+	dec.DisallowUnknownFields()
+	var samples []LabelledSample
+	if err := dec.Decode(&samples); err != nil {
+		return nil, fmt.Errorf("%w: abuse samples: %w", ErrPolicy, err)
+	}
+	return samples, nil
+}
+
 // AbuseSignals are the behavioural signals of one streamed session over an
 // observation window.
 type AbuseSignals struct {

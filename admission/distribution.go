@@ -87,6 +87,11 @@ type Report struct {
 	ReasonsCovered   []Reason           `json:"reasonsCovered"`
 	Failures         []string           `json:"failures,omitempty"`
 	ProfilesAnalysed int                `json:"profilesAnalysed"`
+	// The abuse classifier's precision gate under the same policy: its
+	// precision and recall over the labelled set, in basis points.
+	AbusePrecisionBP int `json:"abusePrecisionBasisPoints"`
+	AbuseRecallBP    int `json:"abuseRecallBasisPoints"`
+	AbuseSamples     int `json:"abuseSamples"`
 }
 
 // DistributionReport runs the device mix through the real resolver (gate
@@ -103,7 +108,7 @@ func DistributionReport(p *Policy) Report {
 			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: invalid request: %v", prof.Name, err))
 			continue
 		}
-		out, err := res.Resolve(context.Background(), &req)
+		out, err := res.Resolve(context.Background(), &req, false)
 		if err != nil || out.Decision == nil {
 			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: not routed (err %v, waitlist %+v)", prof.Name, err, out.Waitlist))
 			continue
@@ -158,5 +163,16 @@ func CheckPolicy(path string) (Report, error) {
 			return Report{}, err
 		}
 	}
-	return DistributionReport(p), nil
+	rep := DistributionReport(p)
+	samples, err := AbuseSamples()
+	if err != nil {
+		return rep, err
+	}
+	rep.AbuseSamples = len(samples)
+	rep.AbusePrecisionBP, rep.AbuseRecallBP = p.Abuse.AbusePrecision(samples)
+	if rep.AbusePrecisionBP < p.Abuse.MinPrecisionBP {
+		rep.OK = false
+		rep.Failures = append(rep.Failures, fmt.Sprintf("abuse classifier precision %d bp below the %d bp gate", rep.AbusePrecisionBP, p.Abuse.MinPrecisionBP))
+	}
+	return rep, nil
 }

@@ -19,6 +19,14 @@ var (
 	ErrOverflow = errors.New("admission: waiting room overflow")
 	// ErrStateUnavailable: shared state could not be reached; fail closed.
 	ErrStateUnavailable = errors.New("admission: shared state unavailable")
+	// ErrTicketRequired: the room is armed for the caller's region and the
+	// request carries no admission ticket (and rides no bypass lane).
+	ErrTicketRequired = errors.New("admission: waiting room armed: admission ticket required")
+	// ErrEvents: the events file does not parse strictly or fails Validate.
+	ErrEvents = errors.New("admission: invalid events file")
+	// ErrWaitlistMode: the surge controller switched overflow to waitlist
+	// mode (median wait above an hour): joins get waitlist capture.
+	ErrWaitlistMode = errors.New("admission: waiting room in waitlist mode")
 )
 
 // FieldError names the request field that failed validation; handlers

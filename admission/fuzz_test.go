@@ -52,3 +52,38 @@ func FuzzParsePolicy(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseEvents: an events file is decoded strictly and validated; any
+// failure is ErrEvents, never a panic, and a valid one answers lookups.
+func FuzzParseEvents(f *testing.F) {
+	f.Add(`{"version":1,"events":[{"id":"saraswati-opening","pop":"us-east-1","start":"2026-06-01T19:00:00Z","end":"2026-06-01T21:00:00Z",` +
+		`"prewarmMinutes":30,"reservedSessions":200,"walkUpSlots":50,"priority":4,"attendees":["user-1","user-2"]}],` +
+		`"grants":[{"subject":"instructor-7","maxSessions":6,"reason":"verified instructor"}],` +
+		`"institutions":[{"name":"Lagos Polytechnic","networks":["198.51.100.0/24","2001:db8::/48"]}]}`)
+	f.Add(`{"version":1}`)
+	f.Add(`{"version":1,"events":[{"id":"a","pop":"p","start":"2026-01-01T00:00:00Z","end":"2025-01-01T00:00:00Z"}]}`)
+	f.Add(`{"version":1,"institutions":[{"name":"x","networks":["not a prefix"]}]}`)
+	f.Add(`{"version":2,"surprise":true}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		ev, err := ParseEvents([]byte(body))
+		if err != nil {
+			if !errors.Is(err, ErrEvents) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		now := clock0
+		for _, e := range ev.Events {
+			_ = ev.Running(e.ID, now)
+			for _, a := range e.Attendees {
+				_ = ev.Booked(a, now)
+				_ = ev.HeldBack(a, now)
+			}
+		}
+		for _, g := range ev.Grants {
+			if gr := ev.Grant(g.Subject); gr == nil || gr.MaxSessions < 1 {
+				t.Fatalf("grant %+v lost", g)
+			}
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -54,50 +55,97 @@ func (r *Room) Guard(next http.Handler) http.Handler {
 				access = &a
 			}
 		}
-		resume := false
-		if tok := req.Header.Get(HeaderResume); tok != "" {
-			_, err := r.d.Signer.VerifyResume(tok)
-			resume = err == nil
-		}
-		if lane := r.BypassLane(access, resume); lane != "" {
-			r.d.Metrics.bypassed(lane)
-			next.ServeHTTP(w, req)
-			return
-		}
-		region, subject := req.Header.Get(HeaderClientRegion), ""
-		if access != nil {
-			subject = access.Subject
-			if access.Region != "" {
-				region = access.Region
-			}
-		}
-		armed, err := r.Armed(ctx, region)
-		if err != nil {
-			r.d.Metrics.refused("room", "state")
-			writeErr(w, err)
-			return
-		}
-		if !armed {
-			next.ServeHTTP(w, req)
-			return
-		}
-		tok := req.Header.Get(HeaderAdmission)
-		if tok == "" {
-			r.d.Metrics.refused("room", "ticket_required")
+		pass, err := r.Check(ctx, access, req.Header.Get(HeaderClientRegion), req.Header.Get(HeaderAdmission), req.Header.Get(HeaderResume))
+		switch {
+		case errors.Is(err, ErrTicketRequired):
 			w.Header().Set("Retry-After", "5")
 			writeJSON(w, http.StatusTooManyRequests, map[string]any{"code": "admission_ticket_required", "queue": "/api/v1/queue/join", "fallbackUrl": FallbackURL})
 			return
+		case err != nil:
+			writeErr(w, err)
+			return
 		}
-		if err := r.UseAdmission(ctx, tok, subject); err != nil {
+		if err := pass.Spend(ctx); err != nil {
 			if errors.Is(err, ErrBadRequest) {
-				r.d.Metrics.refused("room", "admission_denied")
 				writeJSON(w, http.StatusForbidden, map[string]any{"code": "admission_denied", "queue": "/api/v1/queue/join"})
 				return
 			}
-			r.d.Metrics.refused("room", "state")
 			writeErr(w, err)
 			return
 		}
 		next.ServeHTTP(w, req)
 	})
+}
+
+// Pass is the room's verdict on one request that may go ahead: a bypass
+// lane, an unarmed region, or an admission ticket still to be spent.
+type Pass struct {
+	Lane   string // the bypass lane taken, "" if none
+	Armed  bool   // the room was armed for the region (a ticket is spent)
+	Region string // the POP region the room judged
+
+	r       *Room
+	ticket  string
+	subject string
+}
+
+// Check is the room's gate for any entrance — the guarded HTTP routes,
+// the Pixel Streaming match — so each honours it the same way: a bypass
+// lane (valid resume token, operator/instructor/editorial role, paid
+// pre-warm) passes; an unarmed region passes; an armed one needs an
+// admission ticket, which the caller spends with Pass.Spend once its own
+// checks passed. region is used when access carries none. Errors:
+// ErrTicketRequired, ErrRoomLost or ErrStateUnavailable (fail closed).
+// Refusals are counted.
+func (r *Room) Check(ctx context.Context, access *auth.Access, region, ticket, resume string) (Pass, error) {
+	resumeValid := false
+	if resume != "" {
+		_, err := r.d.Signer.VerifyResume(resume)
+		resumeValid = err == nil
+	}
+	subject := ""
+	if access != nil {
+		subject = access.Subject
+		if access.Region != "" {
+			region = access.Region
+		}
+	}
+	p := Pass{Region: r.PopRegion(region), r: r, subject: subject}
+	if lane := r.BypassLane(access, resumeValid); lane != "" {
+		r.d.Metrics.bypassed(lane)
+		p.Lane = lane
+		return p, nil
+	}
+	armed, err := r.Armed(ctx, region)
+	if err != nil {
+		r.d.Metrics.refused("room", "state")
+		return p, err
+	}
+	if !armed {
+		return p, nil
+	}
+	if ticket == "" {
+		r.d.Metrics.refused("room", "ticket_required")
+		return p, ErrTicketRequired
+	}
+	p.Armed, p.ticket = true, ticket
+	return p, nil
+}
+
+// Spend exercises the admission ticket when the room was armed
+// (idempotent within its join window); otherwise it does nothing. A
+// forged, foreign, lapsed or previous-epoch ticket is ErrBadRequest.
+func (p Pass) Spend(ctx context.Context) error {
+	if !p.Armed {
+		return nil
+	}
+	if err := p.r.UseAdmission(ctx, p.ticket, p.subject); err != nil {
+		if errors.Is(err, ErrBadRequest) {
+			p.r.d.Metrics.refused("room", "admission_denied")
+		} else {
+			p.r.d.Metrics.refused("room", "state")
+		}
+		return err
+	}
+	return nil
 }

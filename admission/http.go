@@ -31,6 +31,7 @@ type Handlers struct {
 	Resolver *Resolver
 	Room     *Room        // nil: no waiting room routes
 	Signer   *auth.Signer // verifies access tokens (queue and operator routes)
+	Surge    *Surge       // nil: the state route shows no surge controller
 }
 
 // Register mounts the routes on mux.
@@ -68,7 +69,7 @@ func writeErr(w http.ResponseWriter, err error) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "field": fe.Field, "message": fe.Message})
 	case errors.Is(err, ErrBadRequest):
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "message": err.Error()})
-	case errors.Is(err, ErrRoomLost), errors.Is(err, ErrOverflow):
+	case errors.Is(err, ErrRoomLost), errors.Is(err, ErrOverflow), errors.Is(err, ErrWaitlistMode):
 		writeJSON(w, http.StatusServiceUnavailable, waitlistCapture(err))
 	default:
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"code": "state_unavailable"})
@@ -79,8 +80,11 @@ func writeErr(w http.ResponseWriter, err error) {
 // regional-waitlist capture.
 func waitlistCapture(err error) map[string]any {
 	code := "waiting_room_state_lost"
-	if errors.Is(err, ErrOverflow) {
+	switch {
+	case errors.Is(err, ErrOverflow):
 		code = "waiting_room_overflow"
+	case errors.Is(err, ErrWaitlistMode):
+		code = "waiting_room_waitlist"
 	}
 	return map[string]any{"code": code, "tier": WaitlistTier, "waitlist": "/api/v3/lilith/waitlist", "fallbackUrl": FallbackURL}
 }
@@ -91,7 +95,13 @@ func (h *Handlers) launch(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	out, err := h.Resolver.Resolve(r.Context(), req)
+	// The live fleet's candidates depend on the entitlement, which only a
+	// verified token carries: without one the caller is free.
+	paid := false
+	if a, err := h.access(r); err == nil && a != nil {
+		paid = a.Entitlement == "paid"
+	}
+	out, err := h.Resolver.Resolve(r.Context(), req, paid)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -150,7 +160,7 @@ func (h *Handlers) waitlist(w http.ResponseWriter, r *http.Request) {
 // access verifies an optional bearer access token.
 func (h *Handlers) access(r *http.Request) (*auth.Access, error) {
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || tok == "" {
+	if !ok || tok == "" || h.Signer == nil {
 		return nil, nil
 	}
 	a, err := h.Signer.VerifyAccess(tok)
@@ -267,7 +277,17 @@ func (h *Handlers) state(w http.ResponseWriter, r *http.Request, _ *auth.Access)
 		writeErr(w, mapStateErr(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, metaJSON(m))
+	out := metaJSON(m)
+	if h.Surge != nil {
+		st, err := h.Surge.State(r.Context())
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		out["surge"] = map[string]any{"at": st.At, "leader": st.Leader, "applied": st.Applied, "since": st.Since,
+			"ceilingPerMinute": st.Ceiling, "paged": st.Paged}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func metaJSON(m state.Meta) map[string]any {
@@ -275,7 +295,7 @@ func metaJSON(m state.Meta) map[string]any {
 	for reg := range m.ArmedRegions {
 		regions = append(regions, reg)
 	}
-	return map[string]any{"epoch": m.Epoch, "armedGlobal": m.ArmedGlobal, "armedRegions": regions, "frozen": m.Frozen, "halved": m.Halved}
+	return map[string]any{"epoch": m.Epoch, "armedGlobal": m.ArmedGlobal, "armedRegions": regions, "frozen": m.Frozen, "halved": m.Halved, "waitlist": m.Waitlist}
 }
 
 type controlRequest struct {

@@ -11,10 +11,6 @@ const (
 	IdleDisconnect                   // disconnect, return the worker to the pool; reconnect needs a new match
 )
 
-func (a IdleAction) String() string {
-	return [...]string{"none", "prompt", "disconnect"}[a]
-}
-
 // IdleTracker is the idle lifecycle of one leased streamer: a prompt after
 // 90 s without input; a disconnect after 150 s without input, or 60 s after
 // an unanswered prompt, whichever comes first. It is a pure state machine:
@@ -78,20 +74,3 @@ func (t *IdleTracker) Next() time.Time {
 	}
 	return dl
 }
-
-// Disconnected reports whether the session was reclaimed; a reconnect then
-// needs a new match.
-func (t *IdleTracker) Disconnected() bool { return t.done }
-
-// Idle extension messages. They ride the Pixel Streaming data channel (or
-// the player WebSocket) as JSON with these "type" values; the edge
-// consumes the input message and sends the other two to the player.
-//
-//	player/streamer -> edge  {"type":"egbe.idle.input","atMs":<unix ms>}   any input activity (throttle to 1/s)
-//	edge -> player           {"type":"egbe.idle.prompt","disconnectAtMs":<unix ms>,"message":"Still there? Move, press a key…"}
-//	edge -> player           {"type":"egbe.idle.disconnect","reason":"idle","reconnect":"new-match"}
-const (
-	IdleMsgInput      = "egbe.idle.input"
-	IdleMsgPrompt     = "egbe.idle.prompt"
-	IdleMsgDisconnect = "egbe.idle.disconnect"
-)

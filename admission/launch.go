@@ -144,9 +144,14 @@ type PopCandidate struct {
 }
 
 // LiveFleet supplies POP candidates for a client region when the request
-// carries none. The edge wires it to the streamer registry.
+// carries none. The edge wires it to the streamer registry. A POP's
+// AvailableWorkers are the idle streamers the caller could really lease:
+// for a free user (paid false) none at a POP at or above the free tier's
+// 85 % backpressure or without room beyond the paid headroom, exactly as
+// the matchmaker will judge, so the router never sends a free user to a
+// match that bounces it.
 type LiveFleet interface {
-	PopCandidates(ctx context.Context, clientRegion string) ([]PopCandidate, error)
+	PopCandidates(ctx context.Context, clientRegion string, paid bool) ([]PopCandidate, error)
 }
 
 // Target is the discriminated union (on Kind): each kind carries exactly
@@ -177,6 +182,22 @@ type TargetRendering struct {
 	MaxLOD             int     `json:"maxLod"`
 	Foliage            bool    `json:"foliage"`
 	DensitySignature   string  `json:"densitySignature"`
+}
+
+// Narrative backfill (reference selectTier2AgentDensityBudget): culled
+// agents stay present as narrative summary, max(visible*3, 12) of them.
+const (
+	backfillPerVisible = 3
+	backfillFloor      = 12
+)
+
+// DensitySignature is the Tier-2 density budget's parity string,
+// tier2-density:<renderer>:<profile>:visible<n>:backfill<max(n*3,12)>,
+// where n is the agents drawn at full fidelity.
+func DensitySignature(renderer string, b RendererBudget) string {
+	visible := b.FullFidelityAgents
+	backfill := max(visible*backfillPerVisible, backfillFloor)
+	return "tier2-density:" + renderer + ":" + b.DensityProfile + ":visible" + strconv.Itoa(visible) + ":backfill" + strconv.Itoa(backfill)
 }
 
 // Decision is the 200 answer of the launch endpoint.
@@ -390,7 +411,9 @@ func (p *Policy) Gate(tenantID, clientRegion string) (string, error) {
 
 // Resolve runs the gate and, if the pair is open, the ladder. The request
 // must have passed Validate.
-func (r *Resolver) Resolve(ctx context.Context, req *LaunchRequest) (LaunchResult, error) {
+// Resolve decides a launch; paid is the caller's verified entitlement
+// (a paid access token), which the live fleet's candidates depend on.
+func (r *Resolver) Resolve(ctx context.Context, req *LaunchRequest, paid bool) (LaunchResult, error) {
 	reason, err := r.p.Gate(req.TenantID, req.ClientRegion)
 	if err != nil {
 		return LaunchResult{}, err
@@ -401,7 +424,7 @@ func (r *Resolver) Resolve(ctx context.Context, req *LaunchRequest) (LaunchResul
 	}
 	pops, fromFleet := req.Pops, false
 	if len(pops) == 0 && r.fleet != nil && !*req.Region.PixelStreamingRestricted && req.Override != "fallback" {
-		fp, err := r.fleet.PopCandidates(ctx, req.ClientRegion)
+		fp, err := r.fleet.PopCandidates(ctx, req.ClientRegion, paid)
 		if err == nil && len(fp) > 0 {
 			if len(fp) > r.p.Launch.MaxPops {
 				fp = fp[:r.p.Launch.MaxPops]
@@ -479,8 +502,7 @@ func (p *Policy) Decide(req *LaunchRequest, pops []PopCandidate, fromFleet bool,
 			target = Target{Kind: KindFallbackBrowser, Renderer: renderer, Fidelity: "reduced", RendererBudget: &TargetRendering{
 				Quality: b.Quality, FPSTarget: b.FPSTarget, FrameCostCeilingMs: b.FrameCostCeilingMs,
 				VisibleAgents: b.VisibleAgents, MaxLOD: b.MaxLOD, Foliage: b.Foliage,
-				DensitySignature: "tier2-density:" + renderer + ":" + b.DensityProfile + ":visible" +
-					strconv.Itoa(b.FullFidelityAgents) + ":backfill" + strconv.Itoa(b.VisibleAgents),
+				DensitySignature: DensitySignature(renderer, b),
 			}}
 		} else {
 			surface, tier = SurfaceStatic, TierStatic

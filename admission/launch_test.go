@@ -18,7 +18,9 @@ var clock0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
 type staticFleet []PopCandidate
 
-func (f staticFleet) PopCandidates(context.Context, string) ([]PopCandidate, error) { return f, nil }
+func (f staticFleet) PopCandidates(context.Context, string, bool) ([]PopCandidate, error) {
+	return f, nil
+}
 
 func TestDefaultPolicyValid(t *testing.T) {
 	p, err := ParsePolicy(strings.NewReader(string(defaultPolicyJSON)))
@@ -156,7 +158,7 @@ func TestLadder(t *testing.T) {
 			if err := req.Validate(64); err != nil {
 				t.Fatal(err)
 			}
-			out, err := NewResolver(p, c.fleet, func() time.Time { return clock0 }, nil).Resolve(context.Background(), &req)
+			out, err := NewResolver(p, c.fleet, func() time.Time { return clock0 }, nil).Resolve(context.Background(), &req, false)
 			if err != nil || out.Decision == nil {
 				t.Fatalf("%v %+v", err, out)
 			}
@@ -208,7 +210,7 @@ func checkTarget(t *testing.T, p *Policy, d *Decision, wantPop, wantCodec string
 		b := d.Target.RendererBudget
 		switch d.Target.Renderer {
 		case RendererWebGPU:
-			if *b != (TargetRendering{"reduced", 45, 22, 32, 2, true, "tier2-density:webgpu:balanced:visible12:backfill32"}) {
+			if *b != (TargetRendering{"reduced", 45, 22, 32, 2, true, "tier2-density:webgpu:balanced:visible12:backfill36"}) {
 				t.Fatalf("webgpu budget %+v", b)
 			}
 		case RendererWebGL2:

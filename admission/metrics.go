@@ -7,7 +7,8 @@ import (
 // Metrics are the egbe_admission_* collectors. A nil *Metrics is valid and
 // records nothing.
 type Metrics struct {
-	decisions *prometheus.CounterVec // surface, reason
+	decisions *prometheus.CounterVec // surface, tier
+	reasons   *prometheus.CounterVec // surface, reason
 	waitlist  *prometheus.CounterVec // reason
 	refusals  *prometheus.CounterVec // gate, reason
 	admits    *prometheus.CounterVec // region, lane
@@ -15,13 +16,21 @@ type Metrics struct {
 	operator  *prometheus.CounterVec // op
 	depth     *prometheus.GaugeVec   // region
 	drain     *prometheus.GaugeVec   // region
+	wait      *prometheus.GaugeVec   // region
+	verdicts  *prometheus.CounterVec // verdict
+	intoBP    *prometheus.CounterVec // region, where
+	ceiling   prometheus.Gauge
+	surge     *prometheus.CounterVec // action, trigger, step
+	pages     *prometheus.CounterVec // region
 }
 
 // NewMetrics registers the admission collectors into reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egbe_admission_launch_decisions_total",
-			Help: "Launch decisions, one increment per reason code carried, by selected surface."}, []string{"surface", "reason"}),
+			Help: "Launch decisions, one per decision, by selected surface and telemetry tier."}, []string{"surface", "tier"}),
+		reasons: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egbe_admission_launch_reasons_total",
+			Help: "Reason codes carried by launch decisions, one per code per decision, by selected surface."}, []string{"surface", "reason"}),
 		waitlist: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egbe_admission_waitlist_total",
 			Help: "Launch requests answered with the regional waitlist, by reason."}, []string{"reason"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egbe_admission_refusals_total",
@@ -36,8 +45,21 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Waiting-room queue depth by region (last observed)."}, []string{"region"}),
 		drain: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "egbe_admission_drain_rate_per_minute",
 			Help: "Waiting-room admits over the trailing minute by region (last observed)."}, []string{"region"}),
+		wait: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "egbe_admission_median_wait_seconds",
+			Help: "Median wait of the users in line by region: half the depth over the measured drain rate (last observed; -1 when nothing drains)."}, []string{"region"}),
+		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egbe_admission_abuse_verdicts_total",
+			Help: "Abuse classifier verdicts acted on (safety-review, ban), each audited."}, []string{"verdict"}),
+		intoBP: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egbe_admission_admit_into_backpressure_total",
+			Help: "Admit-into-backpressure events (a correctness bug, alert on sight): a pixel-stream admission handed out, or a room-admitted match bounced, while the region is at >= 85 %."}, []string{"region", "where"}),
+		ceiling: prometheus.NewGauge(prometheus.GaugeOpts{Name: "egbe_admission_admit_ceiling_per_minute",
+			Help: "The global admission rate the room applies now: the bucket, clamped to downstream health, halved by the abort ladder."}),
+		surge: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egbe_admission_surge_actions_total",
+			Help: "Abort-ladder and entry-criteria actions of the surge controller (each audited), by action, trigger and step (apply, unwind)."}, []string{"action", "trigger", "step"}),
+		pages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egbe_admission_pages_total",
+			Help: "Surge-commander pages: a region's POP utilisation reached the freeze rung (>= 90 %)."}, []string{"region"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.waitlist, m.refusals, m.admits, m.bypass, m.operator, m.depth, m.drain} {
+	for _, c := range []prometheus.Collector{m.decisions, m.reasons, m.waitlist, m.refusals, m.admits, m.bypass, m.operator, m.depth, m.drain,
+		m.wait, m.verdicts, m.intoBP, m.ceiling, m.surge, m.pages} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -49,8 +71,9 @@ func (m *Metrics) decided(d Decision) {
 	if m == nil {
 		return
 	}
+	m.decisions.WithLabelValues(string(d.SelectedSurface), d.TelemetryTier).Inc()
 	for _, r := range d.ReasonCodes {
-		m.decisions.WithLabelValues(string(d.SelectedSurface), string(r)).Inc()
+		m.reasons.WithLabelValues(string(d.SelectedSurface), string(r)).Inc()
 	}
 }
 
@@ -84,9 +107,43 @@ func (m *Metrics) operated(op string) {
 	}
 }
 
-func (m *Metrics) queue(region string, depth, drainPerMin int64) {
+func (m *Metrics) queue(region string, depth, drainPerMin int64, medianWaitSec float64) {
 	if m != nil {
 		m.depth.WithLabelValues(region).Set(float64(depth))
 		m.drain.WithLabelValues(region).Set(float64(drainPerMin))
+		m.wait.WithLabelValues(region).Set(medianWaitSec)
+	}
+}
+
+func (m *Metrics) abuse(verdict string) {
+	if m != nil {
+		m.verdicts.WithLabelValues(verdict).Inc()
+	}
+}
+
+// AdmitIntoBackpressure counts one admit-into-backpressure event: where is
+// "room" (a pixel-stream admission handed out at >= 85 %) or "match" (a
+// match that came through the room bounced by backpressure).
+func (m *Metrics) AdmitIntoBackpressure(region, where string) {
+	if m != nil {
+		m.intoBP.WithLabelValues(region, where).Inc()
+	}
+}
+
+func (m *Metrics) admitCeiling(perMin float64) {
+	if m != nil {
+		m.ceiling.Set(perMin)
+	}
+}
+
+func (m *Metrics) surgeAction(action, trigger, step string) {
+	if m != nil {
+		m.surge.WithLabelValues(action, trigger, step).Inc()
+	}
+}
+
+func (m *Metrics) paged(region string) {
+	if m != nil {
+		m.pages.WithLabelValues(region).Inc()
 	}
 }

@@ -116,6 +116,14 @@ type AbusePolicy struct {
 	CadenceRegularMinPerSecond float64 `json:"cadenceRegularMinEventsPerSecond"`
 	CadenceMinJitterMs         float64 `json:"cadenceMinJitterMs"`
 	ImpossibleCadenceBP        int     `json:"impossibleCadenceBasisPoints"`
+	// What the edge observes is scored over fixed windows of this length
+	// (the current one and the one before): match requests per subject,
+	// and the UE workers' input reports.
+	ObservationWindowMs int64 `json:"observationWindowMs"`
+	// A reconnect loop needs at least this many gaps between matches.
+	ReconnectLoopMinGaps int64 `json:"reconnectLoopMinGaps"`
+	// BanTTLMs is how long a ban refuses a subject, fleet-wide.
+	BanTTLMs int64 `json:"banTtlMs"`
 }
 
 // IdlePolicy drives the idle lifecycle of a leased streamer.
@@ -150,6 +158,40 @@ type RoomPolicy struct {
 	ArmBelowStartSuccessBP int               `json:"armBelowStartSuccessBasisPoints"`
 	OverflowDepth          int64             `json:"overflowDepth"`
 	MetaCacheMs            int64             `json:"metaCacheMs"`
+	// ArmWindowMs is the trailing window of the entry criteria (5 min).
+	ArmWindowMs int64        `json:"armWindowMs"`
+	Health      HealthPolicy `json:"health"`
+	Abort       AbortPolicy  `json:"abort"`
+	// SurgeEveryMs is how often the surge controller reads the signals
+	// (the reference polls backpressure every 15 s).
+	SurgeEveryMs int64 `json:"surgeEveryMs"`
+	// MinSamples: a rate (start success, 5xx, a latency share) over fewer
+	// samples than this is no signal.
+	MinSamples int64 `json:"minSamples"`
+}
+
+// HealthPolicy clamps the admit rate to downstream health: the largest
+// rate at which cold-join p95 stays <= 5 s and session-start success >=
+// 99.5 % over the trailing 10 minutes.
+type HealthPolicy struct {
+	WindowMs       int64   `json:"windowMs"`
+	ColdJoinP95Ms  int64   `json:"coldJoinP95Ms"`
+	StartSuccessBP int     `json:"startSuccessBasisPoints"`
+	MinPerMinute   float64 `json:"minPerMinute"`   // the clamp never goes below this
+	StepUpFraction float64 `json:"stepUpFraction"` // of the bucket rate, per healthy step
+}
+
+// AbortPolicy is the surge plan's abort ladder (each condition sustained
+// SustainMs; each action unwound after its trigger is green UnwindMs, in
+// reverse order of application).
+type AbortPolicy struct {
+	SustainMs            int64 `json:"sustainMs"`
+	UnwindMs             int64 `json:"unwindMs"`
+	StartSuccessBelowBP  int   `json:"startSuccessBelowBasisPoints"` // halve
+	ColdJoinP95AboveMs   int64 `json:"coldJoinP95AboveMs"`           // halve
+	ServerErrorsAboveBP  int   `json:"serverErrorsAboveBasisPoints"` // freeze
+	PopsInBackpressure   int   `json:"popsInBackpressure"`           // freeze (of the topology's POPs)
+	WaitlistMedianWaitMs int64 `json:"waitlistMedianWaitMs"`         // waitlist mode (or depth > overflowDepth)
 }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -257,7 +299,8 @@ func (p *Policy) Validate() error {
 		return bad("realtime out of range")
 	}
 	a := p.Abuse
-	if a.ReviewBP < 1 || a.BanBP < a.ReviewBP || a.BanBP > 10000 || a.MinPrecisionBP < 0 || a.MinPrecisionBP > 10000 {
+	if a.ReviewBP < 1 || a.BanBP < a.ReviewBP || a.BanBP > 10000 || a.MinPrecisionBP < 0 || a.MinPrecisionBP > 10000 ||
+		a.ObservationWindowMs <= 0 || a.ReconnectLoopMinGaps < 1 || a.BanTTLMs <= 0 {
 		return bad("abuse thresholds out of range")
 	}
 	i := p.Idle
@@ -280,6 +323,15 @@ func (p *Policy) Validate() error {
 		if _, ok := w.Regions[reg]; !ok {
 			return bad("waitingRoom.clientRegions.%s -> %q has no bucket", c, reg)
 		}
+	}
+	h, ab := w.Health, w.Abort
+	if w.ArmWindowMs <= 0 || w.SurgeEveryMs <= 0 || w.MinSamples < 1 ||
+		h.WindowMs <= 0 || h.ColdJoinP95Ms <= 0 || h.StartSuccessBP < 1 || h.StartSuccessBP > 10000 || h.MinPerMinute <= 0 ||
+		h.StepUpFraction <= 0 || h.StepUpFraction > 1 ||
+		ab.SustainMs <= 0 || ab.UnwindMs <= 0 || ab.StartSuccessBelowBP < 1 || ab.StartSuccessBelowBP > 10000 ||
+		ab.ColdJoinP95AboveMs <= 0 || ab.ServerErrorsAboveBP < 1 || ab.ServerErrorsAboveBP > 10000 ||
+		ab.PopsInBackpressure < 1 || ab.WaitlistMedianWaitMs <= 0 {
+		return bad("waitingRoom arm window, surge interval, health clamp or abort ladder out of range")
 	}
 	if w.JoinWindowMs <= 0 || w.KeepPlaceMs <= 0 || w.TicketTTLMs <= 0 || w.MaxAdmitsPerDrain < 1 || w.MetaCacheMs < 0 ||
 		!(0 < w.HalfRateAtBP && w.HalfRateAtBP <= w.PxstreamStopAtBP && w.PxstreamStopAtBP <= w.FreezeAtBP && w.FreezeAtBP <= 10000) {

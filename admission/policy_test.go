@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/netip"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -36,7 +34,7 @@ type pxEnv struct {
 func newPxEnv() *pxEnv {
 	e := &pxEnv{audit: &bytes.Buffer{}, now: clock0}
 	clk := func() time.Time { return e.now }
-	e.a = NewAdmitter(DefaultPolicy(), state.NewMemoryLeases(), state.NewMemoryBudgets(), NewAuditor(e.audit, clk), clk, nil)
+	e.a = NewAdmitter(DefaultPolicy(), state.NewMemoryLeases(), state.NewMemoryBudgets(), nil, NewAuditor(e.audit, clk), clk, nil)
 	return e
 }
 
@@ -57,7 +55,7 @@ func TestPxAdmission(t *testing.T) {
 	}
 	inst := func(r PxRequest) PxRequest { r.InstitutionApproved = true; return r }
 	paid := func(r PxRequest) PxRequest { r.Paid = true; return r }
-	walk := func(r PxRequest, slots, used int) PxRequest { r.Concert = &WalkUp{Slots: slots, InUse: used}; return r }
+	walk := func(r PxRequest, slots int) PxRequest { r.WalkUp = &WalkUp{Event: "gala", Slots: slots}; return r }
 	util := func(r PxRequest, u ...int) PxRequest { r.EligiblePopUtilBP = u; return r }
 	cases := []struct {
 		name  string
@@ -107,9 +105,10 @@ func TestPxAdmission(t *testing.T) {
 			return s
 		}()},
 		{"walk-up pool full: free falls back, paid passes", []step{
-			{walk(pxReq("s1", "u", "10.0.0.1"), 10, 10), PxFallbackWalkUp, 503},
-			{walk(pxReq("s2", "v", "10.0.0.2"), 10, 9), PxAdmit, 200},
-			{paid(walk(pxReq("s3", "w", "10.0.0.3"), 10, 10)), PxAdmit, 200},
+			{walk(pxReq("s1", "u", "10.0.0.1"), 2), PxAdmit, 200},
+			{walk(pxReq("s2", "v", "10.0.0.2"), 2), PxAdmit, 200},
+			{walk(pxReq("s3", "x", "10.0.0.3"), 2), PxFallbackWalkUp, 503},
+			{paid(walk(pxReq("s4", "w", "10.0.0.4"), 2)), PxAdmit, 200},
 		}},
 		{"backpressure: every eligible POP >= 85 %", []step{
 			{util(pxReq("s1", "u", "10.0.0.1"), 8500, 9100), PxFallbackBackpressure, 503},
@@ -169,18 +168,13 @@ func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full")
 
 func TestPxAuditFailureKeepsDenial(t *testing.T) {
 	clk := func() time.Time { return clock0 }
-	a := NewAdmitter(DefaultPolicy(), state.NewMemoryLeases(), state.NewMemoryBudgets(), NewAuditor(failWriter{}, clk), clk, nil)
-	r := walkFull()
+	a := NewAdmitter(DefaultPolicy(), state.NewMemoryLeases(), state.NewMemoryBudgets(), nil, NewAuditor(failWriter{}, clk), clk, nil)
+	r := pxReq("s", "u", "10.0.0.1")
+	r.EligiblePopUtilBP = []int{9000}
 	d, err := a.Admit(context.Background(), r)
-	if !errors.Is(err, ErrAudit) || d.Action != PxFallbackWalkUp {
+	if !errors.Is(err, ErrAudit) || d.Action != PxFallbackBackpressure {
 		t.Fatalf("%+v %v", d, err)
 	}
-}
-
-func walkFull() PxRequest {
-	r := pxReq("s", "u", "10.0.0.1")
-	r.Concert = &WalkUp{Slots: 1, InUse: 1}
-	return r
 }
 
 func TestPxLeaseLapses(t *testing.T) {
@@ -232,14 +226,8 @@ func TestAbuseClassifier(t *testing.T) {
 // TestAbusePrecisionGate fails below the policy's 90 % precision on the
 // labelled sample set.
 func TestAbusePrecisionGate(t *testing.T) {
-	raw, err := os.ReadFile("testdata/abuse_samples.json")
+	samples, err := AbuseSamples()
 	if err != nil {
-		t.Fatal(err)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	var samples []LabelledSample
-	if err := dec.Decode(&samples); err != nil {
 		t.Fatal(err)
 	}
 	if len(samples) < 40 {
@@ -282,11 +270,11 @@ func TestIdleTracker(t *testing.T) {
 					got = tr.Tick(at(e.sec))
 				}
 				if got != e.want {
-					t.Fatalf("at %ds: %s, want %s", e.sec, got, e.want)
+					t.Fatalf("at %ds: action %d, want %d", e.sec, got, e.want)
 				}
 			}
-			if !tr.Disconnected() {
-				t.Fatal("never disconnected")
+			if !tr.Next().IsZero() {
+				t.Fatal("never disconnected: a next action is still due")
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,12 +27,13 @@ const (
 	PxRejectBudget         PxAction = "reject-free-budget"    // 402: free-tier minutes used up today
 	PxFallbackWalkUp       PxAction = "fallback-walkup"       // 503: concert walk-up pool full, take the fallback
 	PxFallbackBackpressure PxAction = "fallback-backpressure" // 503: every eligible POP >= 85 %, take the fallback
+	PxRejectAbuse          PxAction = "reject-abuse-ban"      // 403: the abuse classifier banned the subject (checked first)
 )
 
 var pxStatus = map[PxAction]int{
 	PxAdmit: http.StatusOK, PxRejectUserCap: http.StatusConflict, PxRejectNetworkCap: http.StatusTooManyRequests,
 	PxRejectBudget: http.StatusPaymentRequired, PxFallbackWalkUp: http.StatusServiceUnavailable,
-	PxFallbackBackpressure: http.StatusServiceUnavailable,
+	PxFallbackBackpressure: http.StatusServiceUnavailable, PxRejectAbuse: http.StatusForbidden,
 }
 
 // UserGrant lifts the per-user cap (verified instructors, editorial).
@@ -40,10 +42,11 @@ type UserGrant struct {
 	Reason      string
 }
 
-// WalkUp is the state of a concert's walk-up pool.
+// WalkUp names a running concert's walk-up pool: Slots sessions, counted
+// fleet-wide as leases on one key per event.
 type WalkUp struct {
+	Event string
 	Slots int // reserved for walk-ups
-	InUse int
 }
 
 // PxRequest is what the matchmaker knows when it asks for admission.
@@ -55,7 +58,7 @@ type PxRequest struct {
 	Paid                bool       // inside a paid booked window: exempt from budget, walk-up and backpressure
 	Grant               *UserGrant // nil: the policy cap
 	InstitutionApproved bool       // approved institution: institutional network cap
-	Concert             *WalkUp    // nil: no concert in progress
+	WalkUp              *WalkUp    // nil: not a walk-up of a running concert
 	EligiblePopUtilBP   []int      // utilisation of every eligible POP in range (basis points)
 }
 
@@ -74,6 +77,19 @@ type Lease struct {
 	ttl    time.Duration
 	now    func() time.Time
 	once   sync.Once
+}
+
+// Holder is the lease holder (the Pixel Streaming session id).
+func (l *Lease) Holder() string { return l.holder }
+
+// Keys are the lease's keys (user, network, and a walk-up pool's).
+func (l *Lease) Keys() []string { return slices.Clone(l.keys) }
+
+// Lease rebuilds a lease another edge granted (holder and keys from the
+// session's shared record), so the edge where the session streams keeps
+// and ends it.
+func (a *Admitter) Lease(holder string, keys []string) *Lease {
+	return &Lease{leases: a.leases, holder: holder, keys: slices.Clone(keys), ttl: ms(a.p.LeaseTTLMs), now: a.now}
 }
 
 // Refresh keeps the lease alive; call it well within the lease TTL.
@@ -144,33 +160,62 @@ type Admitter struct {
 	budgets state.Budgets    // immutable after New
 	audit   *Auditor         // immutable after New
 	now     func() time.Time // immutable after New
+	watch   *AbuseWatch      // immutable after New; nil: no abuse check
 	metrics *Metrics
 }
 
-// NewAdmitter returns an Admitter.
-func NewAdmitter(p *Policy, leases state.Leases, budgets state.Budgets, audit *Auditor, now func() time.Time, m *Metrics) *Admitter {
+// NewAdmitter returns an Admitter. watch may be nil (no abuse check).
+func NewAdmitter(p *Policy, leases state.Leases, budgets state.Budgets, watch *AbuseWatch, audit *Auditor, now func() time.Time, m *Metrics) *Admitter {
 	if now == nil {
 		now = time.Now
 	}
 	if audit == nil {
 		audit = NewAuditor(nil, now)
 	}
-	return &Admitter{p: &p.Pxstream, leases: leases, budgets: budgets, audit: audit, now: now, metrics: m}
+	return &Admitter{p: &p.Pxstream, leases: leases, budgets: budgets, watch: watch, audit: audit, now: now, metrics: m}
 }
+
+// FreeMinutes is the free tier's daily budget in minutes.
+func (a *Admitter) FreeMinutes() int64 { return a.p.FreeTierDailyMinutes }
 
 func (a *Admitter) budgetKey(subject string, now time.Time) string {
 	return "pxfree:" + subject + ":" + now.UTC().Format("2006-01-02")
 }
 
-// Admit runs, in order: per-user cap, per-network cap, free-tier daily
-// budget, concert walk-up reservation, regional backpressure. A denial is
-// audited before it returns; an audit failure is returned alongside the
-// denial. A state error admits nothing.
+// Admit runs, in order: the abuse classifier (before any lease: a banned
+// subject is refused), per-user cap, per-network cap, free-tier daily
+// budget, concert walk-up pool, regional backpressure. A denial is audited
+// before it returns; an audit failure is returned alongside the denial. A
+// state error admits nothing.
 func (a *Admitter) Admit(ctx context.Context, req PxRequest) (PxDecision, error) {
 	if req.SessionID == "" || req.Subject == "" || !req.ClientIP.IsValid() {
 		return PxDecision{}, fmt.Errorf("%w: session id, subject and client address are required", ErrBadRequest)
 	}
 	now := a.now()
+	nk := "px:net:" + NetworkKey(req.ClientIP, a.p.IPv4PrefixBits, a.p.IPv6PrefixBits)
+	deny := func(act PxAction, extra ...any) (PxDecision, error) {
+		d := PxDecision{Action: act, HTTPStatus: pxStatus[act]}
+		a.metrics.refused("pxstream", string(act))
+		ev := map[string]any{"gate": "pxstream", "action": string(act), "status": d.HTTPStatus,
+			"subject": req.Subject, "tenant": req.TenantID, "network": nk, "session": req.SessionID, "paid": req.Paid}
+		for i := 0; i+1 < len(extra); i += 2 {
+			ev[extra[i].(string)] = extra[i+1]
+		}
+		err := a.audit.Write(ev)
+		return d, err
+	}
+	if a.watch != nil {
+		if err := a.watch.ObserveMatch(ctx, req.Subject); err != nil {
+			return PxDecision{}, err
+		}
+		sc, err := a.watch.Check(ctx, req.Subject, "match")
+		if err != nil && !errors.Is(err, ErrAudit) {
+			return PxDecision{}, err
+		}
+		if sc.Verdict == VerdictBan {
+			return deny(PxRejectAbuse, "basisPoints", sc.BasisPoints)
+		}
+	}
 	userCap := a.p.UserCap
 	if req.Grant != nil && req.Grant.MaxSessions > userCap {
 		userCap = req.Grant.MaxSessions
@@ -179,19 +224,11 @@ func (a *Admitter) Admit(ctx context.Context, req PxRequest) (PxDecision, error)
 	if req.InstitutionApproved || slices.Contains(a.p.ApprovedInstitutions, req.TenantID) {
 		netCap = a.p.InstitutionNetworkCap
 	}
-	nk := "px:net:" + NetworkKey(req.ClientIP, a.p.IPv4PrefixBits, a.p.IPv6PrefixBits)
 	limits := []state.LeaseLimit{{Key: "px:user:" + req.Subject, Limit: userCap}, {Key: nk, Limit: netCap}}
 	ttl := ms(a.p.LeaseTTLMs)
 	blocked, err := a.leases.Acquire(ctx, req.SessionID, limits, ttl, now)
 	if err != nil {
 		return PxDecision{}, fmt.Errorf("%w: %w", ErrStateUnavailable, err)
-	}
-	deny := func(act PxAction) (PxDecision, error) {
-		d := PxDecision{Action: act, HTTPStatus: pxStatus[act]}
-		a.metrics.refused("pxstream", string(act))
-		err := a.audit.Write(map[string]any{"gate": "pxstream", "action": string(act), "status": d.HTTPStatus,
-			"subject": req.Subject, "tenant": req.TenantID, "network": nk, "session": req.SessionID, "paid": req.Paid})
-		return d, err
 	}
 	switch blocked {
 	case 0:
@@ -211,9 +248,22 @@ func (a *Admitter) Admit(ctx context.Context, req PxRequest) (PxDecision, error)
 		switch {
 		case used >= a.p.FreeTierDailyMinutes:
 			act = PxRejectBudget
-		case req.Concert != nil && req.Concert.InUse >= req.Concert.Slots:
-			act = PxFallbackWalkUp
-		case len(req.EligiblePopUtilBP) > 0 && !slices.ContainsFunc(req.EligiblePopUtilBP, func(u int) bool { return u < a.p.BackpressureBP }):
+		case req.WalkUp != nil:
+			// The walk-up pool is one more lease key, so every edge counts
+			// the same pool.
+			wk := "px:walkup:" + req.WalkUp.Event
+			blocked, err := a.leases.Acquire(ctx, req.SessionID, []state.LeaseLimit{{Key: wk, Limit: req.WalkUp.Slots}}, ttl, now)
+			if err != nil {
+				release()
+				return PxDecision{}, fmt.Errorf("%w: %w", ErrStateUnavailable, err)
+			}
+			if blocked >= 0 {
+				act = PxFallbackWalkUp
+			} else {
+				keys = append(keys, wk)
+			}
+		}
+		if act == "" && len(req.EligiblePopUtilBP) > 0 && !slices.ContainsFunc(req.EligiblePopUtilBP, func(u int) bool { return u < a.p.BackpressureBP }) {
 			act = PxFallbackBackpressure
 		}
 		if act != "" {

@@ -100,8 +100,14 @@ func (h *HandshakeAdmitter) Admit(ctx context.Context, req HandshakeRequest) (re
 	}
 	keys := []string{limits[0].Key, limits[1].Key}
 	var once sync.Once
+	// release holds no reference to the handshake's context: it lives as
+	// long as the session.
 	release = func() {
-		once.Do(func() { _ = h.leases.Release(context.WithoutCancel(ctx), req.SessionID, keys) })
+		once.Do(func() {
+			rctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+			_ = h.leases.Release(rctx, req.SessionID, keys)
+			cancel()
+		})
 	}
 	if spend {
 		if err := h.room.UseAdmission(ctx, req.AdmissionTicket, req.Access.Subject); err != nil {

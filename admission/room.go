@@ -62,11 +62,20 @@ type Room struct {
 	d     RoomDeps    // immutable after New
 	roles []string    // bypass roles; immutable after New
 
-	mu       sync.Mutex // guards the meta cache
+	mu       sync.Mutex // guards the meta cache and the last observed lines
 	meta     state.Meta
 	metaErr  error
 	metaAt   time.Time
 	metaSeen bool
+	lines    map[string]line // POP region -> its line as last observed here
+}
+
+// line is a region's queue as a join or poll last answered it (the Redis
+// script reads the fleet's state, so this is the fleet's line, as of then).
+type line struct {
+	depth, drainPerMin int64
+	medianWaitSec      float64 // -1: nothing drains
+	at                 time.Time
 }
 
 // NewRoom returns a Room.
@@ -84,7 +93,58 @@ func NewRoom(p *Policy, d RoomDeps) (*Room, error) {
 		d.Logger = slog.Default()
 	}
 	d.Logger = d.Logger.With("component", "waiting-room")
-	return &Room{p: &p.WaitingRoom, d: d, roles: p.Realtime.BypassRoles}, nil
+	return &Room{p: &p.WaitingRoom, d: d, roles: p.Realtime.BypassRoles, lines: map[string]line{}}, nil
+}
+
+// lineStale: a region's line not observed for this long reads as empty.
+const lineStale = 2 * time.Minute
+
+// observe records region's line from an answer.
+func (r *Room) observe(region string, depth, drainPerMin int64) float64 {
+	wait := 0.0
+	switch {
+	case depth == 0:
+	case drainPerMin > 0:
+		wait = math.Ceil(float64(depth) / 2 / float64(drainPerMin) * 60)
+	default:
+		wait = -1
+	}
+	r.mu.Lock()
+	r.lines[region] = line{depth: depth, drainPerMin: drainPerMin, medianWaitSec: wait, at: r.d.Now()}
+	r.mu.Unlock()
+	return wait
+}
+
+// drained is the fleet's admits per minute as last observed (the sum of
+// the regions' measured drain rates).
+func (r *Room) drained() float64 {
+	now := r.d.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n float64
+	for _, l := range r.lines {
+		if now.Sub(l.at) <= lineStale {
+			n += float64(l.drainPerMin)
+		}
+	}
+	return n
+}
+
+// Lines is every region's queue as last observed by this edge within the
+// last two minutes: depth (users in line) and the median wait in seconds
+// (half the depth over the measured drain; -1 when nothing drains).
+func (r *Room) Lines() (depth map[string]int64, medianWaitSec map[string]float64) {
+	now := r.d.Now()
+	depth, medianWaitSec = map[string]int64{}, map[string]float64{}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for reg, l := range r.lines {
+		if now.Sub(l.at) > lineStale || l.depth == 0 {
+			continue
+		}
+		depth[reg], medianWaitSec[reg] = l.depth, l.medianWaitSec
+	}
+	return depth, medianWaitSec
 }
 
 // PopRegion maps a client region to its waiting-room (POP) region.
@@ -228,7 +288,7 @@ func (r *Room) BypassLane(access *auth.Access, resumeValid bool) string {
 
 // QueueStatus is the answer of join and status.
 type QueueStatus struct {
-	Status               string `json:"status"` // open | queued | admitted | used | paused | gone
+	Status               string `json:"status"` // open | bypass | queued | admitted | used | paused | gone
 	Region               string `json:"region"`
 	Ticket               string `json:"ticket,omitempty"` // queue ticket, silently refreshed
 	Position             int64  `json:"position,omitempty"`
@@ -264,6 +324,10 @@ func (r *Room) Join(ctx context.Context, subject, clientRegion string, lane stat
 	if !m.Armed(region) {
 		return QueueStatus{Status: "open", Region: region, FallbackURL: FallbackURL}, nil
 	}
+	if m.Waitlist {
+		// The abort ladder stopped quoting waits we cannot honour.
+		return QueueStatus{}, ErrWaitlistMode
+	}
 	id := newTicketID()
 	if subject == "" {
 		subject = "anon:" + id
@@ -280,7 +344,7 @@ func (r *Room) Join(ctx context.Context, subject, clientRegion string, lane stat
 	}
 	q := auth.QueueTicket{TicketID: id, Subject: subject, Region: region, Position: uint64(pos.Seq),
 		IssuedAtMs: now.UnixMilli(), RegionWeightClass: region + ":" + string(lane), Epoch: pos.Epoch}
-	return r.answer(ctx, q, lane, pos, rates, lad)
+	return r.answer(q, lane, pos, rates, lad, m)
 }
 
 func laneOf(q auth.QueueTicket) state.Lane {
@@ -309,11 +373,20 @@ func (r *Room) Status(ctx context.Context, ticket string) (QueueStatus, error) {
 	if pos.Epoch != q.Epoch {
 		return QueueStatus{}, fmt.Errorf("%w: queue ticket from a previous epoch (%s, room at %s): join again", ErrBadRequest, q.Epoch, pos.Epoch)
 	}
-	return r.answer(ctx, q, lane, pos, rates, lad)
+	m, err := r.Meta(ctx)
+	if err != nil {
+		return QueueStatus{}, err
+	}
+	return r.answer(q, lane, pos, rates, lad, m)
 }
 
-func (r *Room) answer(_ context.Context, q auth.QueueTicket, lane state.Lane, pos state.Position, rates state.Rates, lad Ladder) (QueueStatus, error) {
-	r.d.Metrics.queue(q.Region, pos.Depth, pos.DrainPerMin)
+// answer builds the join/status answer. A place is "paused" while nothing
+// can drain it: the room frozen (by an operator or the abort ladder), the
+// region at the freeze rung, or a pixel-stream place at >= 85 %. Paused
+// places and waitlist mode quote no wait (-1).
+func (r *Room) answer(q auth.QueueTicket, lane state.Lane, pos state.Position, rates state.Rates, lad Ladder, m state.Meta) (QueueStatus, error) {
+	wait := r.observe(q.Region, pos.Depth, pos.DrainPerMin)
+	r.d.Metrics.queue(q.Region, pos.Depth, pos.DrainPerMin, wait)
 	out := QueueStatus{Status: string(pos.Status), Region: q.Region, Depth: pos.Depth, DrainPerMinute: pos.DrainPerMin,
 		FallbackURL: FallbackURL, FallbackFirst: lad.FallbackFirst}
 	switch pos.Status {
@@ -330,10 +403,19 @@ func (r *Room) answer(_ context.Context, q auth.QueueTicket, lane state.Lane, po
 		} else {
 			out.EstimatedWaitSeconds = -1 // paused: no estimate we can honour
 		}
-		if lad.Frozen || (lane == state.LanePxstream && !lad.PxstreamAllowed) {
+		if lad.Frozen || m.Frozen || (lane == state.LanePxstream && !lad.PxstreamAllowed) {
 			out.Status = "paused"
+			out.EstimatedWaitSeconds = -1
+		}
+		if m.Waitlist {
+			out.EstimatedWaitSeconds = -1
 		}
 	case state.StatusAdmitted:
+		if lane == state.LanePxstream && !lad.PxstreamAllowed {
+			// The drain never does this (the script holds the pixel-stream
+			// lane at >= 85 %); if it ever did, it is alert-worthy.
+			r.d.Metrics.AdmitIntoBackpressure(q.Region, "room")
+		}
 		a, err := r.d.Signer.IssueAdmissionTicket(auth.AdmissionTicket{TicketID: q.TicketID, Subject: q.Subject,
 			Region: q.Region, Epoch: pos.Epoch}, max(pos.JoinBy.Sub(r.d.Signer.Now()), time.Second))
 		if err != nil {
@@ -394,10 +476,18 @@ func (r *Room) TakeSignup(ctx context.Context) (bool, error) {
 }
 
 // Control runs an operator control (arm, disarm, freeze, unfreeze, halve,
-// restore, rearm), audited before it runs.
+// restore, rearm, waitlist, unwaitlist), audited before it runs.
 func (r *Room) Control(ctx context.Context, op state.Op, region, operator, reason string) (state.Meta, error) {
-	if err := r.d.Audit.Write(map[string]any{"gate": "room", "event": "operator.queue." + string(op),
-		"region": region, "operator": operator, "reason": reason}); err != nil {
+	return r.control(ctx, op, region, operator, reason, "operator.queue."+string(op), nil)
+}
+
+// control runs op, audited as event (with extra members) before it runs.
+func (r *Room) control(ctx context.Context, op state.Op, region, operator, reason, event string, extra map[string]any) (state.Meta, error) {
+	ev := map[string]any{"gate": "room", "event": event, "op": string(op), "region": region, "operator": operator, "reason": reason}
+	for k, v := range extra {
+		ev[k] = v
+	}
+	if err := r.d.Audit.Write(ev); err != nil {
 		return state.Meta{}, err
 	}
 	r.d.Metrics.operated(string(op))
@@ -444,22 +534,4 @@ func (r *Room) AutoArm(ctx context.Context, s ArmSignals) ([]string, error) {
 		armed = append(armed, reg)
 	}
 	return armed, nil
-}
-
-// Run evaluates the entry criteria every interval (the reference polls
-// every 15 s) until ctx is done, arming the room through AutoArm. signals
-// is the lead's read of the fleet and BFF health.
-func (r *Room) Run(ctx context.Context, every time.Duration, signals func() ArmSignals) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if _, err := r.AutoArm(ctx, signals()); err != nil {
-				r.d.Logger.Warn("waiting-room auto-arm", "err", err)
-			}
-		}
-	}
 }

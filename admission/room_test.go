@@ -15,7 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,6 +50,7 @@ func (h healthCeil) AdmitCeilingPerMinute() (float64, bool) { return float64(h),
 
 type roomEnv struct {
 	t      *testing.T
+	pol    *Policy
 	room   *Room
 	wipe   func()
 	signer *auth.Signer
@@ -101,6 +101,7 @@ func newRoomEnv(t *testing.T, b queueBackend) *roomEnv {
 	e := &roomEnv{t: t, now: clock0, audit: &bytes.Buffer{}, util: &utilMap{m: map[string]int{}}}
 	p := DefaultPolicy()
 	p.WaitingRoom.MetaCacheMs = 0
+	e.pol = p
 	signer, err := auth.New(bytes.Repeat([]byte("k"), 32), e.clock)
 	if err != nil {
 		t.Fatal(err)
@@ -343,8 +344,8 @@ func TestRoom(t *testing.T) {
 					t.Fatalf("unknown field: %d %v", code, out)
 				}
 				_, out := e.do("POST", "/api/v1/queue/join", "", `{"clientRegion":"de"}`)
-				if out["status"] != "queued" {
-					t.Fatalf("frozen room admitted: %v", out)
+				if out["status"] != "paused" || out["estimatedWaitSeconds"] != -1.0 {
+					t.Fatalf("frozen room: %v, want paused with no wait quoted", out)
 				}
 				code, st := e.do("GET", "/api/v1/queue/state", op, "")
 				if code != 200 || st["frozen"] != true || st["halved"] != true {
@@ -563,26 +564,6 @@ func TestTwoRoomsShareRedis(t *testing.T) {
 	_ = io.Discard
 }
 
-func TestRoomRunAutoArms(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newRoomEnv(t, queueBackend{"memory", func(*testing.T) (state.Queue, func()) { q := state.NewMemoryQueue(); return q, q.Wipe }})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- e.room.Run(ctx, 15*time.Second, func() ArmSignals { return ArmSignals{P95LatencyMs: 800} })
-		}()
-		time.Sleep(16 * time.Second) // fake clock inside the bubble
-		synctest.Wait()
-		if m, _ := e.room.Meta(ctx); !m.ArmedGlobal {
-			t.Fatal("p95 over 500 ms did not arm the room")
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	})
-}
-
 func TestMetricsRegistered(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
@@ -591,12 +572,12 @@ func TestMetricsRegistered(t *testing.T) {
 	}
 	p := DefaultPolicy()
 	prof := DeviceProfiles()[0]
-	out, _ := NewResolver(p, nil, func() time.Time { return clock0 }, m).Resolve(context.Background(), &prof.Request)
+	out, _ := NewResolver(p, nil, func() time.Time { return clock0 }, m).Resolve(context.Background(), &prof.Request, false)
 	if out.Decision == nil {
 		t.Fatal("no decision")
 	}
 	m.refused("pxstream", "reject-user-cap")
-	m.queue("eu-west-1", 10, 3)
+	m.queue("eu-west-1", 10, 3, 100)
 	fams, _ := reg.Gather()
 	names := map[string]bool{}
 	for _, f := range fams {
@@ -718,6 +699,10 @@ func TestRoomOverflowAndRefresh(t *testing.T) {
 // room and checks the ceilings: no region admits more than burst + rate x
 // window, the global bucket likewise, and no pixel-stream admit happens in
 // a region at >= 85 %.
+//
+// The surge controller runs throughout, as in the edge (entry criteria,
+// health clamp, abort ladder, pages), stepping every simulated second on
+// what the storm's answers measure: it must not loosen a ceiling.
 func TestSurgeStorm(t *testing.T) {
 	for _, b := range queueBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
@@ -725,6 +710,17 @@ func TestSurgeStorm(t *testing.T) {
 			e.arm("")
 			e.util.set("eu-west-1", 8600) // backpressure: web only, half rate
 			ctx := context.Background()
+			meter, err := NewMeter(state.NewMemoryTallies(), e.clock, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clamp := &HealthClamp{}
+			e.room.d.Health = clamp
+			surge, err := NewSurge(e.pol, SurgeDeps{Room: e.room, Meter: meter, Clamp: clamp, KV: state.NewMemoryKV(e.clock),
+				Leases: state.NewMemoryLeases(), Holder: "storm-edge", Audit: e.room.d.Audit, Now: e.clock})
+			if err != nil {
+				t.Fatal(err)
+			}
 			clients := []string{"us-ca", "de", "gb", "in", "br", "us-ca", "de", "us-ca"}
 			type entry struct {
 				ticket, region string
@@ -744,9 +740,16 @@ func TestSurgeStorm(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					meter.HTTP("queue", http.StatusOK, time.Millisecond)
 					all = append(all, entry{st.Ticket, st.Region, lane})
 				}
+				if err := surge.Step(ctx); err != nil {
+					t.Fatal(err)
+				}
 				e.advance(time.Second)
+			}
+			if st, _ := surge.State(ctx); len(st.Applied) != 0 || st.Ceiling != 0 {
+				t.Fatalf("the controller acted on a healthy storm: %+v", st)
 			}
 			for _, en := range all {
 				st, err := e.room.Status(ctx, en.ticket)

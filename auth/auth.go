@@ -21,6 +21,7 @@ const (
 	TypeResume          = "resume"
 	TypePxSession       = "pxstream-session"
 	TypeStreamer        = "pxstream-streamer"
+	TypeSFU             = "pxstream-sfu"
 	TypeQueueTicket     = "queue-ticket"
 	TypeAdmissionTicket = "admission-ticket"
 )

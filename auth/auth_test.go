@@ -113,4 +113,15 @@ func TestTicketsRoundTrip(t *testing.T) {
 	if got, err := s.VerifyStreamer(st); err != nil || got.StreamerID != "DefaultStreamer" {
 		t.Fatalf("%+v %v", got, err)
 	}
+	sf, _ := s.IssueSFU(SFU{SFUID: "SFU", Upstream: "DefaultStreamer"}, time.Hour)
+	if got, err := s.VerifySFU(sf); err != nil || got.SFUID != "SFU" || got.Upstream != "DefaultStreamer" {
+		t.Fatalf("%+v %v", got, err)
+	}
+	// A streamer token is not an SFU token, nor the other way round.
+	if _, err := s.VerifySFU(st); !errors.Is(err, ErrWrongType) {
+		t.Fatalf("streamer token accepted as SFU token: %v", err)
+	}
+	if _, err := s.VerifyStreamer(sf); !errors.Is(err, ErrWrongType) {
+		t.Fatalf("SFU token accepted as streamer token: %v", err)
+	}
 }

@@ -37,6 +37,9 @@ func FuzzVerify(f *testing.F) {
 		if _, err := s.VerifyStreamer(tok); !typed(err) {
 			t.Fatalf("streamer: untyped error %v", err)
 		}
+		if _, err := s.VerifySFU(tok); !typed(err) {
+			t.Fatalf("sfu: untyped error %v", err)
+		}
 		if _, err := s.VerifyQueueTicket(tok); !typed(err) {
 			t.Fatalf("queue ticket: untyped error %v", err)
 		}

@@ -207,6 +207,43 @@ func (s *Signer) VerifyStreamer(tok string) (Streamer, error) {
 	return st, nil
 }
 
+// SFU entitles a Pixel Streaming SFU (Epic's, or signalling/pxsfu) to
+// connect to the SFU port and register under one id. Upstream, when set,
+// is the only streamer it may subscribe to.
+type SFU struct {
+	SFUID     string    `json:"sfu"`
+	Upstream  string    `json:"upstream,omitempty"`
+	POP       string    `json:"pop,omitempty"`
+	ExpiresAt time.Time `json:"-"`
+}
+
+type sfuClaims struct {
+	base
+	SFU
+}
+
+// IssueSFU mints an SFU token.
+func (s *Signer) IssueSFU(f SFU, ttl time.Duration) (string, error) {
+	if f.SFUID == "" {
+		return "", fmt.Errorf("%w: sfu id required", ErrInvalid)
+	}
+	return s.sign(sfuClaims{base{TypeSFU, s.registered(f.SFUID, AudiencePxstream, ttl)}, f})
+}
+
+// VerifySFU checks an SFU token.
+func (s *Signer) VerifySFU(tok string) (SFU, error) {
+	var c sfuClaims
+	if err := s.parse(tok, TypeSFU, AudiencePxstream, &c); err != nil {
+		return SFU{}, err
+	}
+	if c.SFUID == "" {
+		return SFU{}, fmt.Errorf("%w: no sfu id", ErrInvalid)
+	}
+	f := c.SFU
+	f.ExpiresAt = c.RegisteredClaims.ExpiresAt.Time
+	return f, nil
+}
+
 // QueueTicket holds a place in the waiting room (reference: TTL 4 h).
 type QueueTicket struct {
 	TicketID          string    `json:"tid"`

@@ -24,6 +24,9 @@ type EchoOptions struct {
 	Rate        float64       // messages per second per session (echo)
 	Duration    time.Duration // measured phase (echo)
 	DialWorkers int           // concurrent dials while connecting
+	// Settle is how long after the last connect the idle RSS is read
+	// (default 1 s).
+	Settle time.Duration
 	// Instance is one instance id, or a comma-separated list that sessions
 	// are spread over round-robin (small worlds keep the world fan-out out
 	// of a messaging measurement).
@@ -218,7 +221,11 @@ func runEcho(ctx context.Context, scenario string, usage func() ProcUsage, dial 
 	rep.Handshake = hs.Summary()
 	rep.Errors = firstErrs
 	// Let the server settle before reading idle RSS.
-	time.Sleep(time.Second)
+	settle := opts.Settle
+	if settle <= 0 {
+		settle = time.Second
+	}
+	time.Sleep(settle)
 	idle := usage()
 	rep.RSSIdle = idle.RSSBytes
 	if rep.Connected > 0 {

@@ -26,8 +26,10 @@ type Target struct {
 	// StreamerWS and PlayerWS are the Epic streamer and player listeners
 	// (host:port); empty when attached to an edge without them.
 	StreamerWS, PlayerWS string
-	PID                  int
-	CertHash             [32]byte
+	// SFUWS is the Epic SFU listener (--sfu-ws), when the edge has one.
+	SFUWS    string
+	PID      int
+	CertHash [32]byte
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once cmd has been reaped (started edges only)
@@ -93,7 +95,7 @@ var errEdgeExited = errors.New("bench: the edge exited before it was ready")
 
 func startEdgeOnce(ctx context.Context, o EdgeOptions) (*Target, error) {
 	bin, extra := o.Bin, o.Extra
-	ports := make([]int, 6)
+	ports := make([]int, 7)
 	for i := range ports {
 		p, err := freePort()
 		if err != nil {
@@ -103,7 +105,8 @@ func startEdgeOnce(ctx context.Context, o EdgeOptions) (*Target, error) {
 	}
 	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
 	args := append([]string{"--http", addr(ports[0]), "--https", addr(ports[1]), "--ice-udp", addr(ports[2]),
-		"--streamer-ws", addr(ports[3]), "--admin", addr(ports[4]), "--player-ws", addr(ports[5])}, extra...)
+		"--streamer-ws", addr(ports[3]), "--admin", addr(ports[4]), "--player-ws", addr(ports[5]),
+		"--turn", "127.0.0.1:0", "--sfu-ws", addr(ports[6])}, extra...)
 	if o.Taskset != "" {
 		// taskset execs bin, so the pid stays the edge's.
 		args = append([]string{"-c", o.Taskset, bin}, args...)
@@ -119,7 +122,7 @@ func startEdgeOnce(ctx context.Context, o EdgeOptions) (*Target, error) {
 		return nil, err
 	}
 	t := &Target{HTTPBase: "http://" + addr(ports[0]), H3Base: "https://" + addr(ports[1]), AdminBase: "http://" + addr(ports[4]),
-		StreamerWS: addr(ports[3]), PlayerWS: addr(ports[5]), PID: cmd.Process.Pid, cmd: cmd, exited: make(chan struct{})}
+		StreamerWS: addr(ports[3]), PlayerWS: addr(ports[5]), SFUWS: addr(ports[6]), PID: cmd.Process.Pid, cmd: cmd, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(t.exited) }()
 	if err := t.waitReady(ctx); err != nil {
 		t.Stop()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -51,6 +52,13 @@ type WorldOptions struct {
 	Warmup            time.Duration // connected but not measured (default 2 s)
 	Duration          time.Duration // measured phase
 	DialWorkers       int           // concurrent dials (default 32)
+	// Idle sessions are connected first, to instances of a second shard
+	// with an empty world (one instance per 100 sessions): hello, then
+	// only read. They measure what idle sessions cost beside active ones.
+	Idle int
+	// Profile, if set, is where the edge's CPU profile of the measured
+	// phase is written (pprof from its admin listener).
+	Profile string
 }
 
 // WorldReport is what the world scenario measures.
@@ -58,6 +66,7 @@ type WorldReport struct {
 	Transport                    string
 	Clients, Instances, Agents   int
 	Connected, ConnectErrors     int
+	Idle, IdleConnected          int
 	ConnectTime                  time.Duration
 	Elapsed                      time.Duration
 	Latency                      Summary // receive time minus server_time_ms (ms resolution)
@@ -81,6 +90,9 @@ func (r WorldReport) String() string {
 	sec := r.Elapsed.Seconds()
 	fmt.Fprintf(&b, "world/%s clients=%d instances=%d agents=%d connected=%d connect_errors=%d (connect phase %v) measured=%v\n",
 		r.Transport, r.Clients, r.Instances, r.Agents, r.Connected, r.ConnectErrors, r.ConnectTime.Round(time.Millisecond), r.Elapsed.Round(time.Millisecond))
+	if r.Idle > 0 {
+		fmt.Fprintf(&b, "  idle sessions (empty world, hello only): %d of %d connected\n", r.IdleConnected, r.Idle)
+	}
 	fmt.Fprintf(&b, "  snapshot latency shard->client %s\n", r.Latency)
 	fmt.Fprintf(&b, "  received snapshots=%d deltas=%d  per client %.1f/s\n", r.Snapshots, r.Deltas, r.PerClientHz)
 	fmt.Fprintf(&b, "  bytes per client: mean=%.1f kbit/s max=%.1f kbit/s worst 1s window=%.1f kbit/s (budget %d): over budget %d clients (any second: %d)\n",
@@ -89,6 +101,9 @@ func (r WorldReport) String() string {
 		r.MaxEntities, r.EdgeErrors, r.Disconnects, r.BaseMissing, r.InboxDrops)
 	if sec > 0 {
 		fmt.Fprintf(&b, "  edge  cpu=%v (%.2f cores) rss=%.1f MiB\n", r.EdgeCPU.Round(10*time.Millisecond), r.EdgeCPU.Seconds()/sec, mib(r.EdgeRSS))
+		if n := r.Snapshots + r.Deltas; n > 0 {
+			fmt.Fprintf(&b, "  edge cpu per delivered update (with that client's presence and ack): %.1f µs\n", float64(r.EdgeCPU.Microseconds())/float64(n))
+		}
 		fmt.Fprintf(&b, "  shard cpu=%v (%.2f cores) rss=%.1f MiB\n", r.ShardCPU.Round(10*time.Millisecond), r.ShardCPU.Seconds()/sec, mib(r.ShardRSS))
 		fmt.Fprintf(&b, "  load client cpu=%v (%.2f cores)\n", r.ClientCPU.Round(10*time.Millisecond), r.ClientCPU.Seconds()/sec)
 	}
@@ -107,14 +122,14 @@ type shardProc struct {
 
 // startShard runs bin on a free loopback UDP port and waits for its
 // "listening" log line.
-func startShard(ctx context.Context, bin string, instances []string, agents int) (*shardProc, error) {
+func startShard(ctx context.Context, bin, id string, instances []string, agents int) (*shardProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	cmd := exec.Command(bin, "--listen", addr, "--instances", strings.Join(instances, ","),
-		"--agents", strconv.Itoa(agents), "--players", "0", "--id", worldShardName)
+		"--agents", strconv.Itoa(agents), "--players", "0", "--id", id)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -209,11 +224,22 @@ func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
 		instances[i] = fmt.Sprintf("world-%d", i)
 	}
 
-	sh, err := startShard(ctx, o.ShardBin, instances, o.Agents)
+	sh, err := startShard(ctx, o.ShardBin, worldShardName, instances, o.Agents)
 	if err != nil {
 		return rep, err
 	}
 	defer sh.stop()
+	var idleInstances []string
+	for i := range (o.Idle + 99) / 100 {
+		idleInstances = append(idleInstances, fmt.Sprintf("idle-%d", i))
+	}
+	var idleShard *shardProc
+	if len(idleInstances) > 0 {
+		if idleShard, err = startShard(ctx, o.ShardBin, idleShardName, idleInstances, 0); err != nil {
+			return rep, err
+		}
+		defer idleShard.stop()
+	}
 
 	pf, err := os.CreateTemp("", "egbe-world-policy-*.json")
 	if err != nil {
@@ -229,11 +255,26 @@ func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
 	for _, in := range instances {
 		extra = append(extra, "--instance", in+"="+worldShardName)
 	}
+	if idleShard != nil {
+		extra = append(extra, "--shard", idleShardName+"="+idleShard.addr)
+		for _, in := range idleInstances {
+			extra = append(extra, "--instance", in+"="+idleShardName)
+		}
+	}
 	t, err := StartEdgeWith(ctx, EdgeOptions{Bin: o.EdgeBin, Extra: extra, Taskset: o.EdgeTaskset})
 	if err != nil {
 		return rep, err
 	}
 	defer t.Stop()
+
+	var idleWG sync.WaitGroup
+	idleCtx, idleCancel := context.WithCancel(ctx)
+	defer idleWG.Wait()
+	defer idleCancel()
+	if o.Idle > 0 {
+		rep.Idle = o.Idle
+		rep.IdleConnected = connectIdle(idleCtx, t, o, idleInstances, &idleWG)
+	}
 
 	// Connect; each client starts sending presence and reading (and
 	// acking) as soon as it is in, so early clients are never slow readers
@@ -308,6 +349,16 @@ func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
 	case <-time.After(o.Warmup):
 	case <-ctx.Done():
 	}
+	var prof sync.WaitGroup
+	if o.Profile != "" {
+		prof.Add(1)
+		go func() {
+			defer prof.Done()
+			if err := fetchProfile(ctx, t.AdminBase, o.Duration, o.Profile); err != nil {
+				addErr("profile: " + err.Error())
+			}
+		}()
+	}
 	self := os.Getpid()
 	e0, s0 := t.Usage(), sh.usage()
 	c0, _ := ReadProc(self)
@@ -323,6 +374,7 @@ func RunWorld(ctx context.Context, o WorldOptions) (WorldReport, error) {
 	c1, _ := ReadProc(self)
 	cancel()
 	run.Wait()
+	prof.Wait()
 
 	rep.Elapsed = end.Sub(start)
 	rep.EdgeCPU, rep.ShardCPU, rep.ClientCPU = e1.CPU-e0.CPU, s1.CPU-s0.CPU, c1.CPU-c0.CPU
@@ -555,6 +607,86 @@ func applyDelta(base []*codec.EntityState, d *codec.AgentStateDelta) []*codec.En
 	return append(out, upserts...)
 }
 
+// idleShardName names the idle sessions' shard (an empty world).
+const idleShardName = "idle-shard"
+
+// connectIdle connects o.Idle sessions that say hello and then only read
+// (discarding), spread over instances; it returns how many connected.
+// Their readers run under wg until ctx is done.
+func connectIdle(ctx context.Context, t *Target, o WorldOptions, instances []string, wg *sync.WaitGroup) int {
+	var next, ok atomic.Int64
+	var dials sync.WaitGroup
+	for range o.DialWorkers {
+		dials.Add(1)
+		go func() {
+			defer dials.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= o.Idle || ctx.Err() != nil {
+					return
+				}
+				dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				tok, err := t.Token(fmt.Sprintf("idle-%d", i))
+				if err != nil {
+					cancel()
+					continue
+				}
+				c, err := egbeclient.Dial(dctx, egbeclient.Options{Kind: o.Transport, HTTPBase: t.HTTPBase, H3Base: t.H3Base, CertHash: t.CertHash, Inbox: 16})
+				if err != nil {
+					cancel()
+					continue
+				}
+				_, err = c.Hello(dctx, &codec.ClientHello{AccessToken: tok, InstanceId: instances[i%len(instances)], AuthorityKind: codec.AuthorityKind_UE_CLIENT,
+					ProtocolVersion: codec.ProtocolVersion, Capabilities: worldCapabilities})
+				cancel()
+				if err != nil {
+					c.Close()
+					continue
+				}
+				ok.Add(1)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer c.Close()
+					for {
+						if _, err := c.Recv(ctx); err != nil {
+							return
+						}
+					}
+				}()
+			}
+		}()
+	}
+	dials.Wait()
+	return int(ok.Load())
+}
+
+// fetchProfile writes the edge's CPU profile over d to path.
+func fetchProfile(ctx context.Context, adminBase string, d time.Duration, path string) error {
+	secs := max(1, int(d.Seconds()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", adminBase, secs), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("pprof: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // WorldCommand is `egbe-bench world`.
 func WorldCommand(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("world", flag.ExitOnError)
@@ -570,6 +702,8 @@ func WorldCommand(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "connected but not measured")
 	fs.DurationVar(&o.Duration, "duration", 15*time.Second, "measured phase")
 	fs.IntVar(&o.DialWorkers, "dial-workers", 32, "concurrent dials")
+	fs.IntVar(&o.Idle, "idle", 0, "idle sessions (hello only, empty world on a second shard) connected before the clients")
+	fs.StringVar(&o.Profile, "profile", "", "write the edge's CPU profile of the measured phase here")
 	_ = fs.Parse(args)
 	if o.EdgeBin == "" || o.ShardBin == "" {
 		return errors.New("world: give --edge-bin and --shard-bin")

@@ -1,5 +1,7 @@
 package codec
 
+import "math"
+
 // Window is one client's interest window: an origin on the world plane, a
 // radius, and the caps on what it may see.
 type Window struct {
@@ -92,15 +94,39 @@ const maxRadius = 1 << 31
 // Project does not allocate when cap(dst) >= MaxAgents+MaxPlayers (after
 // clamping); dst must not alias w.Entities.
 func Project(dst []Entity, w *World, win Window) []Entity {
+	var q query
+	dst, ok := q.start(dst, w, win)
+	if !ok {
+		return dst
+	}
+	q.sl.scan(w.Entities, q.ox, q.oy, q.r, q.r2)
+	return q.finish(dst, w)
+}
+
+// query is one window query in progress: Project's state on the stack,
+// shared with Index.Project (which only scans fewer entities).
+type query struct {
+	sl         selector
+	r, r2      uint64
+	ox, oy     int64
+	focusIdx   int
+	hasFocus   bool
+	need       int
+	focusEntry Entity
+}
+
+// start clamps the caps, sizes dst and takes the focused entity's slot.
+// It reports false when there is nothing to select (dst is then empty).
+func (q *query) start(dst []Entity, w *World, win Window) ([]Entity, bool) {
 	maxA := clampInt(win.MaxAgents, GroundVisibleAgentCap)
 	maxP := clampInt(win.MaxPlayers, GroundVisiblePlayerCap)
-	need := maxA + maxP
-	if cap(dst) < need {
-		dst = make([]Entity, 0, need)
+	q.need = maxA + maxP
+	if cap(dst) < q.need {
+		dst = make([]Entity, 0, q.need)
 	}
 	dst = dst[:0]
-	if w == nil || need == 0 {
-		return dst
+	if w == nil || q.need == 0 {
+		return dst, false
 	}
 	r := uint64(win.RadiusMM)
 	if r == 0 {
@@ -109,35 +135,37 @@ func Project(dst []Entity, w *World, win Window) []Entity {
 	if r > maxRadius {
 		r = maxRadius
 	}
-	r2 := r * r
-	ox, oy := int64(win.X), int64(win.Y)
+	q.r, q.r2 = r, r*r
+	q.ox, q.oy = int64(win.X), int64(win.Y)
 
 	// The focused entity takes a slot of its kind, if it is there at all.
-	var focus Entity
-	focusIdx, hasFocus := 0, false
 	if win.FocusID != 0 && win.FocusID != win.SelfID {
 		if i, ok := findEntity(w.Entities, win.FocusID); ok {
-			focus, focusIdx = w.Entities[i], i
+			q.focusEntry, q.focusIdx = w.Entities[i], i
 			switch {
-			case focus.IsPlayer() && maxP > 0:
+			case q.focusEntry.IsPlayer() && maxP > 0:
 				maxP--
-				hasFocus = true
-			case !focus.IsPlayer() && maxA > 0:
+				q.hasFocus = true
+			case !q.focusEntry.IsPlayer() && maxA > 0:
 				maxA--
-				hasFocus = true
+				q.hasFocus = true
 			}
 		}
 	}
-
 	// Select with two bounded max-heaps of small keys (the worst kept
 	// candidate at the root) in fixed arrays on the stack, then emit the
 	// winners in w.Entities order, which is ID order.
-	sl := selector{capA: maxA, capP: maxP, selfID: win.SelfID, focusID: win.FocusID}
-	if !hasFocus {
-		sl.focusID = 0
+	q.sl.capA, q.sl.capP, q.sl.selfID, q.sl.focusID = maxA, maxP, win.SelfID, win.FocusID
+	q.sl.bound = math.MaxUint64
+	if !q.hasFocus {
+		q.sl.focusID = 0
 	}
-	sl.scan(w.Entities, ox, oy, r, r2)
-	ah, ph := sl.a[:sl.na], sl.p[:sl.np]
+	return dst, true
+}
+
+// finish emits the selected entities (and the focus) in ID order.
+func (q *query) finish(dst []Entity, w *World) []Entity {
+	ah, ph := q.sl.a[:q.sl.na], q.sl.p[:q.sl.np]
 	var idx [GroundVisibleAgentCap + GroundVisiblePlayerCap]int32
 	n := 0
 	for _, c := range ah {
@@ -148,8 +176,8 @@ func Project(dst []Entity, w *World, win Window) []Entity {
 		idx[n] = c.idx
 		n++
 	}
-	if hasFocus {
-		idx[n] = int32(focusIdx)
+	if q.hasFocus {
+		idx[n] = int32(q.focusIdx)
 		n++
 	}
 	sel := idx[:n]
@@ -193,6 +221,11 @@ type selector struct {
 	capA, capP int
 	selfID     uint32 // 0 = none
 	focusID    uint32 // kept separately; 0 = none
+	// bound is the largest squared distance that can still be selected:
+	// once both heaps are full, the farther of their roots (an entity at
+	// exactly that distance may still win on salience or ID). Scans skip
+	// anything beyond it without a call.
+	bound uint64
 }
 
 // scan offers every entity within r of (ox, oy) to the heaps. The loop
@@ -206,7 +239,7 @@ func (s *selector) scan(ents []Entity, ox, oy int64, r, r2 uint64) {
 		// inside uint64 and still puts anything clamped outside.
 		dx := min(absDiff(int64(e.X), ox), r1)
 		dy := min(absDiff(int64(e.Y), oy), r1)
-		if d2 := dx*dx + dy*dy; d2 <= r2 {
+		if d2 := dx*dx + dy*dy; d2 <= r2 && d2 <= s.bound {
 			s.hit(e, i, d2)
 		}
 	}
@@ -222,6 +255,15 @@ func (s *selector) hit(e *Entity, i int, d2 uint64) {
 		s.np = offerCand(s.p[:s.np:s.capP], c)
 	} else {
 		s.na = offerCand(s.a[:s.na:s.capA], c)
+	}
+	if s.na == s.capA && s.np == s.capP {
+		s.bound = 0
+		if s.capA > 0 {
+			s.bound = s.a[0].d2
+		}
+		if s.capP > 0 {
+			s.bound = max(s.bound, s.p[0].d2)
+		}
 	}
 }
 

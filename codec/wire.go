@@ -75,20 +75,34 @@ func sizeString(s string) int {
 	return sizeBytes(len(s))
 }
 
+// appendVarint is protowire.AppendVarint with the sizes an entity's fields
+// take (ids, millimetres, millidegrees: up to 3 bytes) written inline.
+func appendVarint(b []byte, v uint64) []byte {
+	switch {
+	case v < 1<<7:
+		return append(b, byte(v))
+	case v < 1<<14:
+		return append(b, byte(v)|0x80, byte(v>>7))
+	case v < 1<<21:
+		return append(b, byte(v)|0x80, byte(v>>7)|0x80, byte(v>>14))
+	}
+	return protowire.AppendVarint(b, v)
+}
+
+// appendUint and appendSint write a varint field (tag numbers < 16: one
+// byte), omitted when zero as proto3 does.
 func appendUint(b []byte, num protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.VarintType)
-	return protowire.AppendVarint(b, v)
+	return appendVarint(append(b, byte(num)<<3|byte(protowire.VarintType)), v)
 }
 
 func appendSint(b []byte, num protowire.Number, v int32) []byte {
 	if v == 0 {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.VarintType)
-	return protowire.AppendVarint(b, protowire.EncodeZigZag(int64(v)))
+	return appendVarint(append(b, byte(num)<<3|byte(protowire.VarintType)), protowire.EncodeZigZag(int64(v)))
 }
 
 func appendString(b []byte, num protowire.Number, s string) []byte {

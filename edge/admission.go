@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/admission"
-	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/shard"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
 	"github.com/oshun/egbe-edge/state"
@@ -27,11 +27,14 @@ type admissionPlane struct {
 	handshake *admission.HandshakeAdmitter
 	px        *pxAdmission
 	handlers  *admission.Handlers
+	meter     *admission.Meter
+	surge     *admission.Surge
 }
 
 // buildAdmission builds state (memory, or Redis with --redis-url), the
-// admitters and the waiting room. It runs before the realtime and Pixel
-// Streaming planes, which consume it through their admitter seams.
+// admitters, the waiting room and its surge controller. It runs before the
+// realtime and Pixel Streaming planes, which consume it through their
+// admitter seams.
 func (e *Edge) buildAdmission() error {
 	policy := admission.DefaultPolicy()
 	if e.cfg.PolicyFile != "" {
@@ -41,10 +44,21 @@ func (e *Edge) buildAdmission() error {
 		}
 		policy = p
 	}
+	var events *admission.Events
+	if e.cfg.PxstreamEvents != "" {
+		ev, err := admission.LoadEvents(e.cfg.PxstreamEvents)
+		if err != nil {
+			return fmt.Errorf("%w: --pxstream-events: %w", ErrConfig, err)
+		}
+		events = ev
+	}
+	now := e.cfg.clock()
 	var (
 		leases  state.Leases
 		budgets state.Budgets
 		queue   state.Queue
+		tallies state.Tallies
+		kv      state.KV
 	)
 	if e.cfg.RedisURL != "" {
 		rdb, err := state.OpenRedis(e.cfg.RedisURL)
@@ -57,6 +71,8 @@ func (e *Edge) buildAdmission() error {
 		e.runners = append(e.runners, e.publishFleet)
 		leases = state.NewRedisLeases(rdb)
 		budgets = state.NewRedisBudgets(rdb)
+		tallies = state.NewRedisTallies(rdb)
+		kv = state.NewRedisKV(rdb, "egbe:adm:")
 		// Only dev may create a fresh waiting room in an empty Redis: in prod
 		// an empty Redis is lost state and the room fails closed until an
 		// operator re-arms it.
@@ -67,199 +83,107 @@ func (e *Edge) buildAdmission() error {
 		queue = q
 	} else {
 		leases, budgets, queue = state.NewMemoryLeases(), state.NewMemoryBudgets(), state.NewMemoryQueue()
+		tallies, kv = state.NewMemoryTallies(), state.NewMemoryKV(now)
 	}
 	fleet := &fleetView{e: e}
 	m, err := admission.NewMetrics(e.reg)
 	if err != nil {
 		return err
 	}
-	audit := admission.NewAuditor(os.Stderr, nil)
-	room, err := admission.NewRoom(policy, admission.RoomDeps{
-		Queue: queue, Signer: e.signer, Utilisation: fleet, Audit: audit, Metrics: m, Logger: e.base,
-	})
+	auditW, err := e.auditWriter()
 	if err != nil {
 		return err
 	}
-	resolver := admission.NewResolver(policy, fleet, nil, m)
+	audit := admission.NewAuditor(auditW, now)
+	meter, err := admission.NewMeter(tallies, now, e.reg)
+	if err != nil {
+		return err
+	}
+	clamp := &admission.HealthClamp{}
+	deps := admission.RoomDeps{Queue: queue, Signer: e.signer, Utilisation: fleet, Health: clamp, Audit: audit,
+		Now: now, Metrics: m, Logger: e.base}
+	if events != nil {
+		deps.Prewarm = events // booked attendees inside their window ride the pre-warm lane
+	}
+	room, err := admission.NewRoom(policy, deps)
+	if err != nil {
+		return err
+	}
+	surge, err := admission.NewSurge(policy, admission.SurgeDeps{Room: room, Meter: meter, Clamp: clamp, KV: kv, Leases: leases,
+		Holder: e.edgeID, Sessions: e.fleetSessions, Audit: audit, Now: now, Metrics: m, Logger: e.base})
+	if err != nil {
+		return err
+	}
+	e.runners = append(e.runners, func(ctx context.Context) error { return surge.Run(ctx, e.cfg.test.surgeEvery) })
+	watch := admission.NewAbuseWatch(policy, tallies, kv, audit, now, m)
+	ttl := time.Duration(policy.Pxstream.LeaseTTLMs) * time.Millisecond
+	px := &pxAdmission{a: admission.NewAdmitter(policy, leases, budgets, watch, audit, now, m), room: room, events: events,
+		watch: watch, meter: meter, m: m, kv: kv, now: now, edge: e.edgeID, ttl: ttl, every: max(ttl/3, time.Second),
+		log: e.logFor("pxstream-admission"), sessions: map[string]*pxSession{}}
+	if e.cfg.test.chargeEvery > 0 {
+		px.every = e.cfg.test.chargeEvery
+	}
+	resolver := admission.NewResolver(policy, fleet, now, m)
 	a := &admissionPlane{
 		policy:    policy,
 		room:      room,
-		handshake: admission.NewHandshakeAdmitter(policy, leases, room, nil, m),
-		px:        newPxAdmission(admission.NewAdmitter(policy, leases, budgets, audit, nil, m), policy),
-		handlers:  &admission.Handlers{Policy: policy, Resolver: resolver, Room: room, Signer: e.signer},
+		handshake: admission.NewHandshakeAdmitter(policy, leases, room, now, m),
+		px:        px,
+		handlers:  &admission.Handlers{Policy: policy, Resolver: resolver, Room: room, Signer: e.signer, Surge: surge},
+		meter:     meter,
+		surge:     surge,
 	}
-	e.admitter = &realtimeAdmission{h: a.handshake, ttl: time.Duration(policy.Realtime.LeaseTTLMs) * time.Millisecond}
+	keeper := admission.NewLeaseKeeper(a.handshake) // one refresher for every realtime session's leases
+	e.admitter = &realtimeAdmission{keep: keeper}
+	e.runners = append(e.runners, keeper.Run)
 	e.pxAdmitter = a.px
 	e.runners = append(e.runners, a.px.run)
 	e.adm = a
 	return nil
 }
 
+// auditWriter opens --audit-log for appending (stderr without one).
+func (e *Edge) auditWriter() (io.Writer, error) {
+	if e.cfg.AuditLog == "" {
+		return os.Stderr, nil
+	}
+	f, err := os.OpenFile(e.cfg.AuditLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --audit-log: %w", ErrConfig, err)
+	}
+	e.closers = append(e.closers, f.Close)
+	return f, nil
+}
+
 // mountAdmission mounts launch, waitlist and waiting-room routes; the room's
-// guard stands in front of new launches.
+// guard stands in front of new launches. The admission routes are metered
+// (latency, status) for the surge controller.
 func (e *Edge) mountAdmission() {
 	routes := http.NewServeMux()
 	e.adm.handlers.Register(routes)
-	e.mainMux.Handle("POST /api/v3/lilith/launch", e.adm.room.Guard(routes))
+	e.mainMux.Handle("POST /api/v3/lilith/launch", e.metered("launch", e.adm.room.Guard(routes)))
 	e.mainMux.Handle("/api/v3/lilith/waitlist", routes)
 	e.mainMux.Handle("/api/v3/lilith/waitlist/", routes)
-	e.mainMux.Handle("/api/v1/queue/", routes)
+	e.mainMux.Handle("/api/v1/queue/", e.metered("queue", routes))
 	// The waiting-room page: position, live wait estimate, and the Tier-2
 	// fallback as a no-penalty exit.
 	e.mainMux.Handle("/queue/", http.StripPrefix("/queue/", http.FileServerFS(web.Queue())))
 }
 
 // realtimeAdmission adapts the handshake admitter to the shard gateway's
-// seam, keeping the session's leases alive while it lives.
+// seam; the edge's one LeaseKeeper keeps the session's leases alive while
+// it lives.
 type realtimeAdmission struct {
-	h   *admission.HandshakeAdmitter
-	ttl time.Duration
+	keep *admission.LeaseKeeper
 }
 
 var _ shard.Admitter = (*realtimeAdmission)(nil)
 
 func (a *realtimeAdmission) Admit(ctx context.Context, r shard.AdmitRequest) (func(), error) {
-	req := admission.HandshakeRequest{
+	return a.keep.Admit(ctx, admission.HandshakeRequest{
 		SessionID: newHolderID(), Access: r.Access, ClientIP: addrIP(r.RemoteAddr),
 		ResumeValid: r.Resume, AdmissionTicket: r.Hello.GetAdmissionTicket(),
-	}
-	release, err := a.h.Admit(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(max(a.ttl/3, time.Second))
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_ = a.h.Refresh(rctx, req) // a failed refresh lets the lease lapse: fail-safe for caps
-				cancel()
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			close(stop)
-			<-done
-			if release != nil {
-				release()
-			}
-		})
-	}, nil
-}
-
-// pxAdmission adapts Pixel Streaming admission to the matchmaker's seam
-// and keeps each granted lease alive while its match is live.
-type pxAdmission struct {
-	a   *admission.Admitter
-	ttl time.Duration
-
-	mu     sync.Mutex
-	leases map[string]pxLease // guarded by mu: by Pixel Streaming session id
-}
-
-type pxLease struct {
-	lease *admission.Lease
-	until time.Time // the match's expiry; refreshed past it only while streaming
-	live  bool      // a player is subscribed
-}
-
-func newPxAdmission(a *admission.Admitter, p *admission.Policy) *pxAdmission {
-	return &pxAdmission{a: a, ttl: time.Duration(p.Pxstream.LeaseTTLMs) * time.Millisecond, leases: map[string]pxLease{}}
-}
-
-var _ matchmaker.Admitter = (*pxAdmission)(nil)
-
-func (p *pxAdmission) Admit(ctx context.Context, r matchmaker.Request) (matchmaker.Decision, error) {
-	subject := r.Subject
-	if subject == "" {
-		// Anonymous dev requests still count against the network cap.
-		subject = "anon:" + r.SessionID
-	}
-	d, err := p.a.Admit(ctx, admission.PxRequest{SessionID: r.SessionID, Subject: subject, TenantID: r.TenantID,
-		ClientIP: r.RemoteAddr, Paid: r.Entitlement == "paid", EligiblePopUtilBP: r.EligiblePOPUtilBP})
-	if d.Action != "" && d.Action != admission.PxAdmit {
-		return matchmaker.Decision{Refusal: &matchmaker.Refusal{Reason: matchmaker.Reason(d.Action), Status: d.HTTPStatus, Message: "pixel streaming admission: " + string(d.Action)}}, nil
-	}
-	if err != nil {
-		return matchmaker.Decision{}, err
-	}
-	p.mu.Lock()
-	// Until the match's session token lapses, the lease is held for the
-	// player to connect; after that only while a player streams.
-	p.leases[r.SessionID] = pxLease{lease: d.Lease, until: time.Now().Add(auth.PxSessionDefaultTTL)}
-	p.mu.Unlock()
-	return matchmaker.Decision{Release: func() { p.release(r.SessionID) }}, nil
-}
-
-// OnPlayerSubscribed, OnPlayerLeft and CheckOffer follow the broker so a
-// streaming session's admission lease lives exactly as long as it streams.
-func (p *pxAdmission) OnPlayerSubscribed(sessionID, _ string)  { p.setLive(sessionID, true) }
-func (p *pxAdmission) OnPlayerLeft(sessionID string)           { p.setLive(sessionID, false) }
-func (p *pxAdmission) CheckOffer(string, string, string) error { return nil }
-
-func (p *pxAdmission) setLive(sid string, live bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if l, ok := p.leases[sid]; ok {
-		l.live = live
-		if !live {
-			// A reconnecting frontend has the broker's lease grace to come back.
-			l.until = time.Now().Add(30 * time.Second)
-		}
-		p.leases[sid] = l
-	}
-}
-
-func (p *pxAdmission) release(sid string) {
-	p.mu.Lock()
-	l, ok := p.leases[sid]
-	delete(p.leases, sid)
-	p.mu.Unlock()
-	if ok && l.lease != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = l.lease.Release(ctx)
-		cancel()
-	}
-}
-
-// run refreshes live leases and releases the rest.
-func (p *pxAdmission) run(ctx context.Context) error {
-	t := time.NewTicker(max(p.ttl/3, time.Second))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case now := <-t.C:
-			p.mu.Lock()
-			var refresh []*admission.Lease
-			var expired []string
-			for sid, l := range p.leases {
-				if l.live || now.Before(l.until) {
-					refresh = append(refresh, l.lease)
-				} else {
-					expired = append(expired, sid)
-				}
-			}
-			p.mu.Unlock()
-			for _, l := range refresh {
-				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				_ = l.Refresh(rctx)
-				cancel()
-			}
-			for _, sid := range expired {
-				p.release(sid)
-			}
-		}
-	}
+	})
 }
 
 // fleetView reads the live Pixel Streaming fleet for admission: launch
@@ -290,19 +214,30 @@ func (f *fleetView) pops() map[string]matchmaker.DashboardPOP {
 	return rows
 }
 
-func (f *fleetView) PopCandidates(_ context.Context, clientRegion string) ([]admission.PopCandidate, error) {
+func (f *fleetView) PopCandidates(_ context.Context, clientRegion string, paid bool) ([]admission.PopCandidate, error) {
 	if f.e.px == nil {
 		return nil, nil
 	}
 	byID := f.pops()
+	topo := f.e.px.mm.Topology()
 	var out []admission.PopCandidate
-	for _, pop := range f.e.px.mm.Topology().POPs {
+	for _, pop := range topo.POPs {
 		rtt, known := pop.RTTMs[clientRegion]
 		if !known {
 			continue
 		}
 		row := byID[pop.ID]
-		out = append(out, admission.PopCandidate{PopID: pop.ID, RTTMs: float64(rtt), AvailableWorkers: row.Streamers["idle"],
+		// What the matchmaker would lease to this caller: a full POP has
+		// nothing; a free caller gets nothing at or past the free tier's
+		// backpressure or inside the paid headroom.
+		avail := row.Streamers["idle"]
+		switch {
+		case row.Sessions >= pop.MaxSessions:
+			avail = 0
+		case !paid && (row.UtilisationBP >= topo.FreeTierMaxUtilBP || row.Sessions+1 > pop.MaxSessions-pop.PaidHeadroomSessions):
+			avail = 0
+		}
+		out = append(out, admission.PopCandidate{PopID: pop.ID, RTTMs: float64(rtt), AvailableWorkers: avail,
 			ProgrammingPriority: pop.Priority, Codecs: pop.Codecs})
 	}
 	return out, nil

@@ -55,6 +55,7 @@ type Edge struct {
 
 	// Listeners, bound in New so their addresses are known before Run.
 	httpLn, httpsLn, streamerLn, playerLn, adminLn net.Listener
+	sfuLn                                          net.Listener // --sfu-ws
 	h3Conn                                         net.PacketConn
 
 	mainMux *http.ServeMux // served on HTTP, HTTPS and HTTP/3
@@ -68,6 +69,7 @@ type Edge struct {
 	closers []func() error
 	// readyChecks must all pass for /readyz.
 	readyChecks []func() bool
+	readiness   readiness
 
 	// Subsystems and the seams between them.
 	rt         *realtime
@@ -81,15 +83,43 @@ type Edge struct {
 	extraServers []extraServer
 	admitter     shard.Admitter   // nil: admit every handshake
 	voiceHooks   shard.VoiceHooks // nil: no voice
+	turn         *turnPlane       // the embedded TURN server and credential issuer
 	// lifetime is cancelled when the edge has closed; subsystems started in
 	// New (the dev shard) run under it.
 	lifetime context.Context
 	endLife  context.CancelFunc
+	// publicTimeouts and adminTimeouts bound the net/http servers of the
+	// public ports (HTTP, HTTPS, the Epic ports) and of the admin port.
+	// Immutable after New (tests shorten them before Run).
+	publicTimeouts, adminTimeouts httpTimeouts
+}
+
+// httpTimeouts are one net/http server's timeouts.
+type httpTimeouts struct {
+	// readHeader bounds reading a request's headers; read bounds the whole
+	// request, body included (a WebSocket upgrade clears the deadline when
+	// it takes the connection over, so it never cuts a live socket); idle
+	// closes a keep-alive connection that sends no next request.
+	readHeader, read, idle time.Duration
+}
+
+// Server timeouts. The public servers bound bodies to 30 s: their handlers
+// all answer within seconds, and a slow body must not hold a connection
+// and a goroutine forever. The admin server has no whole-request bound:
+// net/http cancels a request's context when that deadline passes, and
+// /debug/pprof/profile and /trace legitimately run for their ?seconds.
+func defaultPublicTimeouts() httpTimeouts {
+	return httpTimeouts{readHeader: 10 * time.Second, read: 30 * time.Second, idle: 60 * time.Second}
+}
+
+func defaultAdminTimeouts() httpTimeouts {
+	return httpTimeouts{readHeader: 10 * time.Second, idle: 60 * time.Second}
 }
 
 // Addrs are the bound addresses of an Edge's listeners.
 type Addrs struct {
-	HTTP, HTTPS, H3, ICE, StreamerWS, PlayerWS, Admin string
+	HTTP, HTTPS, H3, ICE, StreamerWS, PlayerWS, SFUWS, Admin string
+	TURN                                                     string // UDP and TCP; "" when off
 }
 
 // New validates cfg, binds every listener and builds the subsystems.
@@ -100,7 +130,8 @@ func New(cfg Config, log *slog.Logger) (e *Edge, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	e = &Edge{cfg: cfg, base: log, log: log.With("component", "edge"), reg: prometheus.NewRegistry()}
+	e = &Edge{cfg: cfg, base: log, log: log.With("component", "edge"), reg: prometheus.NewRegistry(),
+		publicTimeouts: defaultPublicTimeouts(), adminTimeouts: defaultAdminTimeouts()}
 	e.lifetime, e.endLife = context.WithCancel(context.Background())
 	e.edgeID = newEdgeID()
 	built := e // the error returns below set e to nil before the closers run
@@ -117,7 +148,7 @@ func New(cfg Config, log *slog.Logger) (e *Edge, err error) {
 		secret = auth.RandomSecret()
 		e.log.Warn("!!! EGBE_JWT_SECRET is not set: using a random JWT secret. Tokens will not survive a restart and no other edge can verify them. Never run like this in production. !!!")
 	}
-	if e.signer, err = auth.New(secret, nil); err != nil {
+	if e.signer, err = auth.New(secret, cfg.clock()); err != nil {
 		return nil, err
 	}
 	if err := e.loadTLS(); err != nil {
@@ -187,6 +218,9 @@ func (e *Edge) bind() (err error) {
 	if e.playerLn, err = listen(e.cfg.PlayerWS); err != nil {
 		return err
 	}
+	if e.sfuLn, err = listen(e.cfg.SFUWS); err != nil {
+		return err
+	}
 	if e.cfg.HTTPS != "" {
 		if e.httpsLn, e.h3Conn, err = listenTCPAndUDP(e.cfg.HTTPS); err != nil {
 			return err
@@ -235,9 +269,12 @@ func (e *Edge) Addrs() Addrs {
 		}
 		return ln.Addr().String()
 	}
-	a := Addrs{HTTP: s(e.httpLn), HTTPS: s(e.httpsLn), StreamerWS: s(e.streamerLn), PlayerWS: s(e.playerLn), Admin: s(e.adminLn), ICE: e.ice.String()}
+	a := Addrs{HTTP: s(e.httpLn), HTTPS: s(e.httpsLn), StreamerWS: s(e.streamerLn), PlayerWS: s(e.playerLn), SFUWS: s(e.sfuLn), Admin: s(e.adminLn), ICE: e.ice.String()}
 	if e.h3Conn != nil {
 		a.H3 = e.h3Conn.LocalAddr().String()
+	}
+	if e.turn != nil && e.turn.srv != nil {
+		a.TURN = e.turn.srv.UDPAddr().String()
 	}
 	return a
 }
@@ -284,8 +321,8 @@ func (e *Edge) adminMux() *http.ServeMux {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	m.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !e.Ready() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unready"})
+		if reasons := e.unready(); len(reasons) > 0 {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unready", "reasons": reasons})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -299,10 +336,10 @@ func (e *Edge) adminMux() *http.ServeMux {
 	return m
 }
 
-// Ready reports readiness: serving, not draining, and every subsystem ready.
-func (e *Edge) Ready() bool {
-	return e.ready.Load() && e.subsystemsReady()
-}
+// Ready reports readiness: serving, not draining, the shared state in
+// reach, the waiting room not failed closed, a shard to serve (see
+// readiness.go).
+func (e *Edge) Ready() bool { return len(e.unready()) == 0 }
 
 // Run serves until ctx ends, then drains and closes with a fresh timeout.
 func (e *Edge) Run(ctx context.Context) error {
@@ -312,7 +349,12 @@ func (e *Edge) Run(ctx context.Context) error {
 		if ln == nil {
 			return
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(e.log.Handler(), slog.LevelDebug)}
+		to := e.publicTimeouts
+		if ln == e.adminLn {
+			to = e.adminTimeouts
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: to.readHeader, ReadTimeout: to.read, IdleTimeout: to.idle,
+			ErrorLog: slog.NewLogLogger(e.log.Handler(), slog.LevelDebug)}
 		servers = append(servers, srv)
 		g.Go(func() error {
 			var err error
@@ -337,6 +379,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	for _, run := range e.runners {
 		g.Go(func() error { return run(gctx) })
 	}
+	g.Go(func() error { return e.runReadiness(gctx) })
 	e.ready.Store(true)
 	e.log.Info("egbe-edge serving", "mode", e.cfg.Mode, "addrs", fmt.Sprintf("%+v", e.Addrs()))
 	if e.cfg.Mode == ModeDev && e.httpLn != nil {

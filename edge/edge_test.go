@@ -72,14 +72,7 @@ func TestDevEndpoints(t *testing.T) {
 }
 
 func TestProdHasNoDevToken(t *testing.T) {
-	te := startEdge(t, func(c *Config) {
-		c.Mode = ModeProd
-		c.JWTSecret = strings.Repeat("k", 32)
-		c.DevShard = false
-		c.PxstreamAuth = "token"
-		certFile, keyFile := writeTestCert(t)
-		c.TLSCert, c.TLSKey = certFile, keyFile
-	})
+	te := startProdEdge(t, nil)
 	resp, _ := postJSON(t, te.httpURL("/v6/dev/token"), map[string]any{"sub": "x"})
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("prod dev token: %d, want 404", resp.StatusCode)

@@ -27,12 +27,14 @@ func testConfig() Config {
 	cfg.ICEUDP = "127.0.0.1:0"
 	cfg.StreamerWS = "127.0.0.1:0"
 	cfg.PlayerWS = "127.0.0.1:0"
+	cfg.SFUWS = "127.0.0.1:0"
 	cfg.Admin = "127.0.0.1:0"
+	cfg.TURN = "127.0.0.1:0"
 	cfg.DrainWindow = Duration(200 * time.Millisecond)
 	return cfg
 }
 
-func startEdge(t *testing.T, mutate func(*Config)) *testEdge {
+func startEdge(t testing.TB, mutate func(*Config)) *testEdge {
 	t.Helper()
 	cfg := testConfig()
 	if mutate != nil {
@@ -61,7 +63,7 @@ func startEdge(t *testing.T, mutate func(*Config)) *testEdge {
 	return te
 }
 
-func (te *testEdge) stop(t *testing.T) {
+func (te *testEdge) stop(t testing.TB) {
 	if te.cancel == nil {
 		return
 	}
@@ -81,7 +83,7 @@ func (te *testEdge) httpURL(path string) string  { return "http://" + te.addrs.H
 func (te *testEdge) h3Base() string              { return "https://" + te.addrs.HTTPS }
 func (te *testEdge) adminURL(path string) string { return "http://" + te.addrs.Admin + path }
 
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+func waitUntil(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
@@ -117,7 +119,7 @@ func (te *testEdge) devToken(t *testing.T, sub string) string {
 	return out.Token
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w *testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(bytes.TrimSpace(p)))

@@ -44,7 +44,7 @@ func (e *Edge) buildPxstream() error {
 	mcfg.RequireAccessToken = e.cfg.Mode == ModeProd
 	mm, err := matchmaker.New(mcfg, matchmaker.Deps{
 		Fleet: fleet, Signer: e.signer, Topology: topo, Admitter: e.pxAdmitter,
-		Logger: e.base, Registerer: e.reg,
+		Logger: e.base, Registerer: e.reg, Now: e.cfg.clock(),
 	})
 	if err != nil {
 		return err
@@ -68,12 +68,14 @@ func (e *Edge) buildPxstream() error {
 		// Admission's concurrency lease follows the player subscribing and leaving.
 		hooks.Next = e.adm.px
 	}
-	deps := signalling.Deps{Signer: e.signer, Logger: e.base, Registerer: e.reg, Leases: hooks}
+	deps := signalling.Deps{Signer: e.signer, Logger: e.base, Registerer: e.reg, Leases: hooks, Now: e.cfg.clock()}
 	if e.adm != nil {
 		idle := e.adm.policy.Idle
 		deps.Idle = func(start time.Time) signalling.IdleMachine {
 			return idleMachine{admission.NewIdleTracker(idle, start)}
 		}
+		// UE workers' input reports feed the abuse classifier.
+		deps.Input = e.adm.px.input
 	}
 	if e.rdb != nil {
 		// With Redis the registry is the fleet's, and players on this edge
@@ -89,11 +91,23 @@ func (e *Edge) buildPxstream() error {
 		return err
 	}
 	fleet.Reg = srv.Registry()
+	if e.adm != nil {
+		e.adm.px.ender = srv // budget and ban ends
+	}
 
 	e.mainMux.Handle(mcfg.SignallingPath, srv.PlayerHandler())
-	e.mainMux.Handle("/api/v6/pxstream/", mm.Handler())
-	e.mainMux.Handle("/api/v3/pxstream/", mm.Handler())
-	e.extraServers = append(e.extraServers, extraServer{e.streamerLn, srv.StreamerHandler()}, extraServer{e.playerLn, srv.PlayerHandler()})
+	mmh := mm.Handler()
+	if e.adm != nil {
+		mux := http.NewServeMux()
+		mux.Handle(matchmaker.PathMatch, e.metered("match", mmh))
+		mux.Handle(matchmaker.PathMatchV3, e.metered("match", mmh))
+		mux.Handle("/", mmh)
+		mmh = mux
+	}
+	e.mainMux.Handle("/api/v6/pxstream/", mmh)
+	e.mainMux.Handle("/api/v3/pxstream/", mmh)
+	e.extraServers = append(e.extraServers, extraServer{e.streamerLn, srv.StreamerHandler()}, extraServer{e.playerLn, srv.PlayerHandler()},
+		extraServer{e.sfuLn, srv.SFUHandler()})
 	e.runners = append(e.runners, srv.Run)
 	e.closers = append(e.closers, func() error { srv.Close(); return nil })
 
@@ -116,6 +130,10 @@ func (e *Edge) buildPxstream() error {
 				sc.Token = tok
 			}
 			sc.IncludeLoopback = true
+			if e.cfg.PxSFU > 0 {
+				// Three simulcast layers for the in-process SFUs to choose from.
+				sc.Simulcast, sc.Height = true, 128
+			}
 			sc.Logger = e.logFor("dev-streamer")
 			e.runners = append(e.runners, func(ctx context.Context) error {
 				if err := streamer.Run(ctx, sc); err != nil && ctx.Err() == nil {
@@ -124,6 +142,9 @@ func (e *Edge) buildPxstream() error {
 				return nil
 			})
 		}
+	}
+	if err := e.buildPxSFU(scfg.Auth); err != nil {
+		return err
 	}
 	e.px = &pxstream{srv: srv, mm: mm}
 	return nil

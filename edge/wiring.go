@@ -14,6 +14,9 @@ import (
 // buildSubsystems constructs and wires every subsystem.
 func (e *Edge) buildSubsystems() error {
 	e.mainMux.Handle("/", http.FileServerFS(web.Demo()))
+	if err := e.buildTURN(); err != nil {
+		return err
+	}
 	if err := e.buildAdmission(); err != nil {
 		return err
 	}
@@ -26,6 +29,9 @@ func (e *Edge) buildSubsystems() error {
 		return err
 	}
 	if err := e.buildPxstream(); err != nil {
+		return err
+	}
+	if err := e.buildPlayerPage(); err != nil {
 		return err
 	}
 	e.mountAdmission()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of egbe-edge on a fresh machine: installs what the tests
-# need (Debian chromium and redis-server, the npm packages under web/, Go
+# need (Debian chromium, redis-server and coturn, the npm packages under web/, Go
 # modules), then vet, gofmt, the race-enabled test suite, and a short run of
 # every native fuzz test.
 #
@@ -23,14 +23,15 @@ step "system packages"
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v turnserver >/dev/null 2>&1 || need+=(coturn)
 command -v node >/dev/null 2>&1 || need+=(nodejs npm)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
-# The browser and Redis tests fail loudly without these; say so early.
-for bin in chromium redis-server node; do
+# The browser, Redis and coturn tests fail loudly without these; say so early.
+for bin in chromium redis-server turnserver node; do
   command -v "$bin" >/dev/null 2>&1 || { echo "missing $bin after install" >&2; exit 1; }
 done
 chromium --version || true

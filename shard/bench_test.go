@@ -68,28 +68,32 @@ func BenchmarkFanout(b *testing.B) {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			sessions := make([]*session, clients)
 			for i := range sessions {
-				s := newSession(g, discardConn{}, nil, &codec.ClientHello{}, auth.Access{}, codec.Negotiation{Enabled: codec.ServerCapabilities})
-				s.ctx, s.wctx = context.Background(), context.Background()
+				s := newSession(context.Background(), g, discardConn{}, nil, &codec.ClientHello{}, auth.Access{}, codec.Negotiation{Enabled: codec.ServerCapabilities})
 				s.win = codec.WindowFor(&codec.PresencePacket{Position: &codec.Vec3{XMm: int32(i*997%180_000 - 90_000), YMm: int32(i*1553%180_000 - 90_000)}}, 0, nil)
-				s.cur = make([]codec.Entity, 0, 64)
-				s.ups = make([]codec.Entity, 0, 64)
-				s.rms = make([]uint32, 0, 64)
 				s.buf = make([]byte, 0, 4096)
-				for h := range s.hist {
-					s.hist[h].ents = make([]codec.Entity, 0, 64)
-				}
+				s.writerOn.Store(true) // the benchmark is the writer
 				sessions[i] = s
 			}
+			feed := &snapFeed{}
+			var scratch codec.World
 			b.ReportAllocs()
 			b.ResetTimer()
 			total := 0
 			for n := range b.N {
 				w := worlds[n%len(worlds)]
+				// What the link's reader does once per tick: the decoded
+				// snapshot (copied here from the prepared world) becomes the
+				// shared one, its index built.
+				seq := uint64(n + 1) // sequences only grow, as a shard's do
+				scratch.InstanceID, scratch.Sequence, scratch.ServerTimeMs = w.InstanceID, seq, w.ServerTimeMs
+				scratch.Entities = append(scratch.Entities[:0], w.Entities...)
+				sn := feed.publish(&scratch)
 				for _, s := range sessions {
-					s.offerWorld(w)
-					<-s.snapNotify
-					s.sendSnapshot()
-					s.acked.Store(w.Sequence)
+					s.offerSnap(sn)
+					got := s.takeSnap()
+					s.sendState(got)
+					got.release()
+					s.acked.Store(seq)
 					total += len(s.buf)
 				}
 			}

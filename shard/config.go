@@ -53,8 +53,12 @@ type Config struct {
 	// LinkInsecure skips verification of the shard's certificate (dev and
 	// tests: shards run with self-signed certificates).
 	LinkInsecure bool
-	// ControlQueue bounds each client's queue of reliable messages.
+	// ControlQueue bounds each client's queue of reliable messages (the
+	// queue starts empty and grows only while messages pile up).
 	ControlQueue int
+	// LinkLanes is how many QUIC streams each shard link multiplexes its
+	// sessions over (codec/link.proto, version 2).
+	LinkLanes int
 	// MaxDatagramBytes is the largest snapshot sent on an unreliable lane;
 	// a larger one (a full window snapshot can pass 1.2 KB) goes on the
 	// reliable lane. 1100 fits a WebTransport datagram on a 1280-byte path.
@@ -81,6 +85,7 @@ func DefaultConfig() Config {
 		ReconnectMax:      5 * time.Second,
 		LinkInsecure:      true,
 		ControlQueue:      256,
+		LinkLanes:         2,
 		MaxDatagramBytes:  1100,
 	}
 }
@@ -110,6 +115,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: heartbeat timeout below interval", ErrConfig)
 	case c.ControlQueue < 8:
 		return fmt.Errorf("%w: control queue below 8", ErrConfig)
+	case c.LinkLanes < 1 || c.LinkLanes > 64:
+		return fmt.Errorf("%w: link lanes %d out of range 1-64", ErrConfig, c.LinkLanes)
 	case c.MaxDatagramBytes < 0 || c.MaxDatagramBytes > codec.MaxMessageSize:
 		return fmt.Errorf("%w: max datagram bytes %d out of range", ErrConfig, c.MaxDatagramBytes)
 	}

@@ -109,6 +109,8 @@ type Gateway struct {
 
 	draining atomic.Bool
 
+	scratch scratchPool // a projection's working arrays, lent to session writers
+
 	mu       sync.Mutex
 	sessions map[string]*session // guarded by mu: live sessions by id
 	changed  chan struct{}       // guarded by mu: closed and replaced when sessions changes
@@ -257,7 +259,7 @@ func (g *Gateway) SendVoiceEvent(sessionID string, ev *codec.VoiceEvent) bool {
 	if s == nil || !s.voice {
 		return false
 	}
-	return s.tryEnqueue(&codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Voice{Voice: ev}}, dropVoiceQueue)
+	return s.tryEnqueue(outItem{kind: outEnv, env: &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Voice{Voice: ev}}}, dropVoiceQueue)
 }
 
 // Drain turns readiness off, then sends every session Drain{reconnect_after_ms,

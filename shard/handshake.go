@@ -14,12 +14,28 @@ import (
 // returns once every goroutine of the session has ended; the connection is
 // closed by then.
 func (g *Gateway) Serve(ctx context.Context, c ClientConn) {
-	s, err := g.handshake(ctx, c)
-	if err != nil {
-		g.refuse(ctx, c, err)
-		return
+	// The handshake (token checks, admission, state, the shard's answer)
+	// needs a deep stack for a moment; it runs on a goroutine of its own,
+	// waited for here, so that the session's reader (this goroutine, for
+	// as long as the session lives) keeps the small stack its read loop
+	// needs instead of the handshake's high-water mark.
+	start := time.Now()
+	var s *session
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var err error
+		if s, err = g.handshake(ctx, c); err != nil {
+			g.m.handshakeDur.WithLabelValues("rejected").Observe(time.Since(start).Seconds())
+			g.refuse(ctx, c, err)
+			return
+		}
+		g.m.handshakeDur.WithLabelValues("accepted").Observe(time.Since(start).Seconds())
+	}()
+	<-done
+	if s != nil {
+		s.run(ctx)
 	}
-	s.run(ctx)
 }
 
 // refuse sends a typed Error and closes the connection with its code.
@@ -37,7 +53,9 @@ func (g *Gateway) refuse(ctx context.Context, c ClientConn, err error) {
 	g.log.Debug("handshake refused", "code", code, "err", err, "remote", c.RemoteAddr())
 	if b, e := codec.EncodeServer(nil, &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Error{Error: codec.ToProto(err)}}, c.JSON()); e == nil {
 		wctx, cancel := context.WithTimeout(ctx, time.Second)
-		_ = c.WriteReliable(wctx, b)
+		if c.WriteReliable(wctx, b) == nil {
+			_ = c.Flush(wctx)
+		}
 		cancel()
 	}
 	_ = c.Close(code.CloseCode(), string(code))
@@ -157,7 +175,7 @@ func (g *Gateway) handshake(ctx context.Context, c ClientConn) (*session, error)
 		return nil, codec.Errorf(codec.CodeShardUnavailable, "shard %q is not linked", shardID)
 	}
 
-	s := newSession(g, c, l, h, acc, neg)
+	s := newSession(ctx, g, c, l, h, acc, neg)
 	s.instance, s.shardID, s.release = instance, shardID, release
 	if resume {
 		s.id, s.entity, s.resumed = pin.SessionID, pin.EntityID, true
@@ -168,6 +186,7 @@ func (g *Gateway) handshake(ctx context.Context, c ClientConn) (*session, error)
 			select {
 			case <-old.ended:
 			case <-hctx.Done():
+				s.abort()
 				return nil, codec.Errorf(codec.CodeInternal, "previous connection did not end")
 			}
 		}
@@ -175,21 +194,21 @@ func (g *Gateway) handshake(ctx context.Context, c ClientConn) (*session, error)
 		s.id = newSessionID()
 	}
 
-	st, r, opened, err := l.openSession(hctx, &codec.LinkSessionOpen{
-		SessionId: s.id, InstanceId: s.instance, Subject: acc.Subject, Resume: resume,
+	opened, err := l.openSession(hctx, s, &codec.LinkSessionOpen{
+		InstanceId: s.instance, Subject: acc.Subject, Resume: resume,
 		EntityId: s.entity, AuthorityKind: h.AuthorityKind,
 	})
 	if err != nil {
+		s.abort()
 		var we *codec.WireError
 		if errors.As(err, &we) {
 			return nil, err
 		}
 		return nil, &codec.WireError{Code: codec.CodeShardUnavailable, Message: fmt.Sprintf("shard %q unavailable", shardID), Err: err}
 	}
-	s.st, s.sr, s.entity = st, r, opened.EntityId
+	s.entity = opened.GetEntityId()
 	if err := g.pins.Put(hctx, s.pin()); err != nil {
-		st.CancelRead(0)
-		st.CancelWrite(0)
+		s.abort()
 		return nil, &codec.WireError{Code: codec.CodeStateUnavailable, Message: "session pin could not be stored", Err: err}
 	}
 	s.win = codec.WindowFor(nil, s.entity, s.profile)
@@ -204,7 +223,12 @@ func (g *Gateway) handshake(ctx context.Context, c ClientConn) (*session, error)
 	}
 	// run registers the session, then sends this first: the session exists
 	// (Session(id) finds it) before the client learns its id.
-	s.helloEnv = &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Hello{Hello: hello}}
+	// Encoded here, on the handshake's goroutine: the writer never needs
+	// the generated code's deep stack for it.
+	if s.hello, err = codec.EncodeServer(nil, &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Hello{Hello: hello}}, s.json); err != nil {
+		s.abort()
+		return nil, &codec.WireError{Code: codec.CodeInternal, Message: "server hello does not encode", Err: err}
+	}
 	ok = true
 	if resume {
 		g.m.resumes.WithLabelValues("ok").Inc()

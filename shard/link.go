@@ -33,8 +33,11 @@ type link struct {
 	// discovered one follows the fleet directory while down (moveTo).
 	addr     string                           // guarded by mu
 	conn     *quic.Conn                       // guarded by mu; nil while down
+	lc       *linkConn                        // guarded by mu; nil while down
 	upCh     chan struct{}                    // guarded by mu; closed when conn is set
 	sessions map[string]map[*session]struct{} // instance -> sessions; guarded by mu
+
+	feeds map[string]*snapFeed // owned by the control reader: instance -> shared snapshots
 
 	rttNanos atomic.Int64
 	lastSeen atomic.Int64 // unix nanos of the last control frame (any frame proves the link alive)
@@ -47,6 +50,7 @@ func newLink(g *Gateway, id, addr string) *link {
 		moved:     make(chan struct{}, 1),
 		upCh:      make(chan struct{}),
 		sessions:  map[string]map[*session]struct{}{},
+		feeds:     map[string]*snapFeed{},
 	}
 }
 
@@ -114,8 +118,10 @@ func (l *link) run(ctx context.Context) {
 	}
 }
 
-// linkStreamWindow is a session stream's initial receive window (the
-// control stream's too: it grows to 4x under a steady snapshot flow).
+// linkStreamWindow is a stream's initial receive window (the control
+// stream and each lane; each grows to 4x under a steady flow). The edge
+// reads every link stream continuously (its readers never wait for a
+// client), so a window is only ever held up by the edge itself.
 const linkStreamWindow = 64 << 10
 
 func (l *link) dial(ctx context.Context, addr string) (*quic.Conn, error) {
@@ -127,15 +133,8 @@ func (l *link) dial(ctx context.Context, addr string) (*quic.Conn, error) {
 		KeepAlivePeriod:       l.g.cfg.HeartbeatInterval,
 		MaxIncomingStreams:    -1,
 		MaxIncomingUniStreams: -1,
-		// No head-of-line blocking between sessions: a session whose client
-		// reads slowly stops reading its stream, and that stream may then
-		// hold at most its own window. quic-go's defaults (512 KiB growing
-		// to 6 MiB per stream, 15 MiB per connection) let some thirty
-		// stalled sessions use up the connection's credit and starve the
-		// control stream (snapshots, pongs) until the heartbeat kills the
-		// link for every session. Small stream windows and a connection
-		// window far above sessions x stream window keep that impossible
-		// at fleet sizes; credit is not memory until data is buffered.
+		// Small stream windows and a connection window far above them:
+		// credit is not memory until data is buffered.
 		InitialStreamReceiveWindow:     linkStreamWindow,
 		MaxStreamReceiveWindow:         4 * linkStreamWindow,
 		InitialConnectionReceiveWindow: 8 << 20,
@@ -172,8 +171,22 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn, addr string) bool {
 	l.g.dir.Register(l.id, sh.Instances, int(sh.Capacity), int(sh.Sessions))
 	l.lastSeen.Store(time.Now().UnixNano())
 
+	// The lanes' and the control writer's goroutines end with cctx or the
+	// connection; the connection is closed before they are waited for.
+	var wg sync.WaitGroup
+	cctx, cancel := context.WithCancel(ctx)
+	defer wg.Wait()
+	defer cancel()
+	defer conn.CloseWithError(linkio.CodeNone, "")
+	lc := newLinkConn(l, conn)
+	if err := lc.openLanes(cctx, l.g.cfg.LinkLanes, &wg); err != nil {
+		l.log.Warn("link lanes failed", "err", err)
+		lc.close()
+		return false
+	}
+
 	l.mu.Lock()
-	l.conn = conn
+	l.conn, l.lc = conn, lc
 	if l.addr != addr { // moveTo landed while this dial was in flight
 		l.addr = addr // what is announced is what answered
 		l.g.dir.setAddr(l.id, addr)
@@ -182,7 +195,7 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn, addr string) bool {
 	l.mu.Unlock()
 	l.g.dir.SetHealth(l.id, true)
 	l.g.m.linkUp.WithLabelValues(l.id).Set(1)
-	l.log.Info("link up", "addr", addr, "instances", sh.Instances)
+	l.log.Info("link up", "addr", addr, "instances", sh.Instances, "lanes", len(lc.lanes))
 	select {
 	case l.subNotify <- struct{}{}:
 	default:
@@ -190,18 +203,18 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn, addr string) bool {
 
 	defer func() {
 		l.mu.Lock()
-		l.conn = nil
+		l.conn, l.lc = nil, nil
 		l.upCh = make(chan struct{})
 		l.mu.Unlock()
+		lc.close() // every session of this connection: shard_unavailable
+		for _, f := range l.feeds {
+			f.drop()
+		}
 		l.g.dir.SetHealth(l.id, false)
 		l.g.m.linkUp.WithLabelValues(l.id).Set(0)
 		l.log.Warn("link down")
 	}()
 
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	wg.Add(2)
 	go func() { defer wg.Done(); l.writeLoop(cctx, conn, st) }()
 	go func() { defer wg.Done(); <-cctx.Done(); st.CancelRead(linkio.CodeNone) }() // unblocks the reader below
@@ -259,57 +272,71 @@ func (l *link) subscription() []byte {
 	return b
 }
 
-// readLoop reads the control stream: snapshots (fanned out), instance
-// events, pongs. It returns when the stream or connection ends.
+// readLoop reads the control stream: snapshots (decoded once, shared by
+// every session of the instance), instance events, pongs. It returns when
+// the stream or connection ends.
 func (l *link) readLoop(conn *quic.Conn, r *linkio.Reader) {
+	var f codec.ShardFrame // reused: a steady link decodes without allocating
 	for {
-		var f codec.LinkShardFrame
-		if err := r.ReadShard(&f); err != nil {
-			if errors.Is(err, linkio.ErrBadFrame) {
+		if err := r.ReadShardFrame(&f); err != nil {
+			if errors.Is(err, linkio.ErrBadFrame) || errors.Is(err, codec.ErrFrameTooLarge) {
 				_ = conn.CloseWithError(linkio.CodeProtocol, "bad control frame")
 			}
 			return
 		}
 		l.lastSeen.Store(time.Now().UnixNano())
-		switch m := f.Msg.(type) {
-		case *codec.LinkShardFrame_Snapshot:
-			w := new(codec.World)
-			w.FromSnapshot(m.Snapshot)
-			l.fanout(w)
-		case *codec.LinkShardFrame_Event:
-			l.event(m.Event)
-		case *codec.LinkShardFrame_Pong:
+		switch f.Kind {
+		case codec.ShardSnapshotKind:
+			feed := l.feeds[f.Snapshot.InstanceID]
+			if feed == nil {
+				feed = &snapFeed{}
+				l.feeds[f.Snapshot.InstanceID] = feed
+			}
+			l.fanout(feed.publish(&f.Snapshot))
+		case codec.ShardEventKind:
+			l.event(f.Msg.GetEvent())
+		case codec.ShardPongKind:
 			now := time.Now().UnixNano()
-			rtt := time.Duration(now - m.Pong.EdgeTimeNs)
+			rtt := time.Duration(now - f.PongEdgeTimeNs)
 			l.rttNanos.Store(int64(rtt))
 			l.g.m.linkRTT.WithLabelValues(l.id).Set(rtt.Seconds())
-			l.g.dir.SetLoad(l.id, int(m.Pong.Sessions))
-		case *codec.LinkShardFrame_Hello:
-			l.g.dir.Register(l.id, m.Hello.Instances, int(m.Hello.Capacity), int(m.Hello.Sessions))
+			l.g.dir.SetLoad(l.id, int(f.PongSessions))
+		case codec.ShardHelloKind:
+			h := f.Msg.GetHello()
+			l.g.dir.Register(l.id, h.Instances, int(h.Capacity), int(h.Sessions))
 		}
 	}
 }
 
-// fanout hands an instance snapshot to every session of the instance; each
-// session's writer projects it (latest wins).
-func (l *link) fanout(w *codec.World) {
+// fanout offers an instance snapshot to every session of the instance that
+// may need it: a session settled at this content version (its client holds
+// this projection and its window has not moved) is not woken at all.
+func (l *link) fanout(sn *sharedSnap) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for s := range l.sessions[w.InstanceID] {
-		s.offerWorld(w)
+	for s := range l.sessions[sn.world.InstanceID] {
+		if s.settled.Load() != sn.ver {
+			s.offerSnap(sn)
+		}
 	}
 }
 
+// event relays an instance-wide world event: encoded once, the same bytes
+// queued for every session of the instance that takes events.
 func (l *link) event(ev *codec.LinkInstanceEvent) {
 	if ev.GetEvent() == nil {
 		return
 	}
 	env := &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Event{Event: ev.Event}}
+	raw, err := codec.EncodeServer(nil, env, false)
+	if err != nil {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for s := range l.sessions[ev.InstanceId] {
 		if s.events {
-			s.tryEnqueue(env, dropEventQueue)
+			s.tryEnqueue(outItem{kind: outRaw, raw: raw, env: env}, dropEventQueue)
 		}
 	}
 }
@@ -349,14 +376,14 @@ func (l *link) detach(s *session) {
 	}
 }
 
-// openSession opens the session's stream on the link and waits for the
-// shard's answer. A link that is down is given until ctx (bounded by
-// linkWait) to come up.
-func (l *link) openSession(ctx context.Context, open *codec.LinkSessionOpen) (*quic.Stream, *linkio.Reader, *codec.LinkSessionOpened, error) {
+// openSession opens s on the link (a handle on one of its lanes) and waits
+// for the shard's answer. A link that is down is given until ctx (bounded
+// by linkWait) to come up.
+func (l *link) openSession(ctx context.Context, s *session, open *codec.LinkSessionOpen) (*codec.LinkSessionOpened, error) {
 	l.mu.Lock()
-	conn, upCh := l.conn, l.upCh
+	lc, upCh := l.lc, l.upCh
 	l.mu.Unlock()
-	if conn == nil {
+	if lc == nil {
 		t := time.NewTimer(linkWait)
 		defer t.Stop()
 		select {
@@ -365,48 +392,35 @@ func (l *link) openSession(ctx context.Context, open *codec.LinkSessionOpen) (*q
 		case <-ctx.Done():
 		}
 		l.mu.Lock()
-		conn = l.conn
+		lc = l.lc
 		l.mu.Unlock()
-		if conn == nil {
-			return nil, nil, nil, fmt.Errorf("%w: %s", ErrLinkDown, l.id)
+		if lc == nil {
+			return nil, fmt.Errorf("%w: %s", ErrLinkDown, l.id)
 		}
 	}
-	st, err := conn.OpenStreamSync(ctx)
+	if err := lc.add(s); err != nil {
+		return nil, err
+	}
+	s.lc = lc
+	open.SessionId = s.id
+	b, err := linkio.Frame(&codec.LinkEdgeFrame{Session: s.handle, Msg: &codec.LinkEdgeFrame_Open{Open: open}})
+	if err == nil && !s.lane.send(ctx, b) {
+		err = fmt.Errorf("%w: %s", ErrLinkDown, l.id)
+	}
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: %s: open stream: %w", ErrLinkDown, l.id, err)
+		lc.remove(s)
+		return nil, err
 	}
-	fail := func(err error) (*quic.Stream, *linkio.Reader, *codec.LinkSessionOpened, error) {
-		st.CancelRead(linkio.CodeNone)
-		st.CancelWrite(linkio.CodeNone)
-		return nil, nil, nil, err
-	}
-	b, err := linkio.Frame(&codec.LinkEdgeFrame{Msg: &codec.LinkEdgeFrame_Open{Open: open}})
-	if err != nil {
-		return fail(err)
-	}
-	if _, err := st.Write(b); err != nil {
-		return fail(fmt.Errorf("%w: %s: %w", ErrLinkDown, l.id, err))
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = st.SetReadDeadline(dl)
-	}
-	r := linkio.NewReader(st)
-	var f codec.LinkShardFrame
-	if err := r.ReadShard(&f); err != nil {
-		return fail(fmt.Errorf("%w: %s: %w", ErrLinkDown, l.id, err))
-	}
-	_ = st.SetReadDeadline(time.Time{})
-	switch m := f.Msg.(type) {
-	case *codec.LinkShardFrame_Opened:
-		return st, r, m.Opened, nil
-	case *codec.LinkShardFrame_Error:
-		code := codec.Code(m.Error.Code)
-		if !code.Valid() {
-			code = codec.CodeInternal
+	select {
+	case r := <-s.openCh:
+		if r.err != nil {
+			lc.remove(s)
+			return nil, r.err
 		}
-		return fail(&codec.WireError{Code: code, Message: m.Error.Message})
-	default:
-		return fail(fmt.Errorf("%w: %s: first session frame %T", ErrProtocol, l.id, f.Msg))
+		return r.opened, nil
+	case <-ctx.Done():
+		lc.remove(s)
+		return nil, fmt.Errorf("%w: %s: no answer to the session open: %w", ErrLinkDown, l.id, ctx.Err())
 	}
 }
 

@@ -21,10 +21,15 @@ type metrics struct {
 	presenceCoal prometheus.Counter
 	messages     *prometheus.CounterVec // direction, kind
 
+	// handshakeDur: from the connection reaching the gateway to its
+	// ServerHello (or refusal), by outcome (accepted, rejected).
+	handshakeDur *prometheus.HistogramVec
+
 	// Resolved children for the per-snapshot path (no label lookups there).
 	bytesDelta, bytesFull                    prometheus.Counter
 	dropStaleC, dropBudgetC, dropUnreliableC prometheus.Counter
-	upPresence                               prometheus.Counter
+	dropInFlightC                            prometheus.Counter
+	upPresence, downAck                      prometheus.Counter
 	oversizeReliable                         prometheus.Counter // snapshots too big for a datagram, sent reliably
 }
 
@@ -54,16 +59,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Presence packets superseded before being sent to the shard (over the 20 Hz cap)."}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egbe_shard_messages_total",
 			Help: "Session messages proxied, by direction and kind."}, []string{"direction", "kind"}),
+		handshakeDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "egbe_shard_handshake_seconds",
+			Help:    "Realtime handshake latency: the connection reaching the gateway to its ServerHello or refusal, by outcome.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}, []string{"outcome"}),
 	}
 	m.bytesDelta, m.bytesFull = m.replBytes.WithLabelValues("delta"), m.replBytes.WithLabelValues("full")
 	m.upPresence = m.messages.WithLabelValues("up", "presence")
+	m.downAck = m.messages.WithLabelValues("down", "action_ack")
 	m.oversizeReliable = m.messages.WithLabelValues("down", "snapshot_oversize_reliable")
 	m.dropStaleC, m.dropBudgetC, m.dropUnreliableC = m.drops.WithLabelValues(dropStale), m.drops.WithLabelValues(dropBudget), m.drops.WithLabelValues(dropUnreliable)
+	m.dropInFlightC = m.drops.WithLabelValues(dropInFlight)
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.sessions, m.handshakes, m.linkUp, m.linkRTT, m.linkConnects,
-		m.projected, m.replBytes, m.fullEquiv, m.drops, m.resumes, m.presenceCoal, m.messages} {
+		m.projected, m.replBytes, m.fullEquiv, m.drops, m.resumes, m.presenceCoal, m.messages, m.handshakeDur} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -76,12 +86,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 // Drop reasons.
 const (
-	dropStale       = "snapshot_stale"   // a newer snapshot replaced an unsent one
-	dropBudget      = "budget"           // over the replication budget
-	dropUnreliable  = "unreliable_full"  // the unreliable lane refused it
-	dropEventQueue  = "event_queue_full" // a slow client's control queue was full
-	dropVoiceQueue  = "voice_queue_full"
-	dropBadMessage  = "bad_message"
-	dropUnexpected  = "unexpected_message"
-	dropPresenceOld = "presence_reordered"
+	dropStale          = "snapshot_stale"   // a newer snapshot replaced an unsent one
+	dropBudget         = "budget"           // over the replication budget
+	dropUnreliable     = "unreliable_full"  // the unreliable lane refused it
+	dropEventQueue     = "event_queue_full" // a slow client's control queue was full
+	dropVoiceQueue     = "voice_queue_full"
+	dropBadMessage     = "bad_message"
+	dropUnexpected     = "unexpected_message"
+	dropPresenceOld    = "presence_reordered"
+	dropSquadQueue     = "squad_queue_full" // a slow client's control queue was full
+	dropInFlight       = "acks_behind"      // a state not sent: the client is maxInFlight states behind on acks
+	dropLaneFull       = "lane_full"        // presence not sent: the shard reads too slowly
+	dropUnknownSession = "unknown_session"  // a lane frame for a session that has ended
 )

@@ -34,6 +34,9 @@ type Config struct {
 	// SendQueue is how many messages may wait for one socket; a socket that
 	// falls this far behind is closed (it never blocks anyone else).
 	SendQueue int `json:"send_queue"`
+	// SFUSendQueue is SendQueue for an SFU's socket, which carries the
+	// signalling of all its players (hundreds joining or leaving at once).
+	SFUSendQueue int `json:"sfu_send_queue"`
 	// WriteTimeout bounds one frame write.
 	WriteTimeout time.Duration `json:"write_timeout"`
 	// CloseGrace is how long a socket we close may take to answer our close
@@ -61,6 +64,7 @@ func Default() Config {
 		Auth:                  AuthNone,
 		ReadLimit:             1 << 20,
 		SendQueue:             64,
+		SFUSendQueue:          8192,
 		WriteTimeout:          10 * time.Second,
 		CloseGrace:            2 * time.Second,
 		LeaseGrace:            10 * time.Second,
@@ -84,6 +88,8 @@ func (c Config) Validate() error {
 		return bad("read_limit %d outside [64 KiB, 16 MiB]", c.ReadLimit)
 	case c.SendQueue < 1 || c.SendQueue > 1<<16:
 		return bad("send_queue %d outside [1, 65536]", c.SendQueue)
+	case c.SFUSendQueue < c.SendQueue || c.SFUSendQueue > 1<<20:
+		return bad("sfu_send_queue %d outside [send_queue, 1048576]", c.SFUSendQueue)
 	case c.WriteTimeout <= 0 || c.CloseGrace <= 0 || c.LeaseGrace < 0:
 		return bad("write_timeout and close_grace must be > 0, lease_grace >= 0")
 	case c.DefaultPOP == "":

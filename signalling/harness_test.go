@@ -35,6 +35,7 @@ type harness struct {
 	prom     *prometheus.Registry
 	streamer *httptest.Server
 	player   *httptest.Server
+	sfu      *httptest.Server
 	tr       *transcript
 }
 
@@ -51,10 +52,12 @@ func newHarness(t testing.TB, cfg Config, d Deps) *harness {
 	h.srv = srv
 	h.streamer = httptest.NewServer(srv.StreamerHandler())
 	h.player = httptest.NewServer(srv.PlayerHandler())
+	h.sfu = httptest.NewServer(srv.SFUHandler())
 	t.Cleanup(func() {
 		srv.Close()
 		h.streamer.Close()
 		h.player.Close()
+		h.sfu.Close()
 	})
 	return h
 }
@@ -139,6 +142,10 @@ func (h *harness) dialStreamer(name, pathQuery string) *client {
 
 func (h *harness) dialPlayer(name, pathQuery string) *client {
 	return h.dial(name, h.player, pathQuery)
+}
+
+func (h *harness) dialSFU(name, pathQuery string) *client {
+	return h.dial(name, h.sfu, pathQuery)
 }
 
 func (c *client) readLoop() {

@@ -29,7 +29,8 @@ func (m *testIdle) Tick(now time.Time) IdleStep {
 	return IdleNone
 }
 
-// TestIdleLifecycle: a leased session is prompted after 90 s without input,
+// TestIdleLifecycle: a leased session that speaks the extension (its
+// streamer reported input once) is prompted after 90 s without input,
 // input (from the streamer) answers the prompt, and an unanswered prompt
 // disconnects the player (1011 idle), releases the streamer, and leaves the
 // session's token unable to subscribe again.
@@ -54,6 +55,8 @@ func TestIdleLifecycle(t *testing.T) {
 	p := h.playerUp("P", tok)
 	p.send(`{"type":"subscribe","streamerId":"ue-1"}`)
 	pid := st.expect("playerConnected")["playerId"].(string)
+	st.send(`{"type":"egbe.idle.input","playerId":"` + pid + `"}`) // enrols the session
+	st.sync()
 
 	clk.Add(91 * time.Second)
 	prompt := p.expect("egbe.idle.prompt")
@@ -85,4 +88,50 @@ func TestIdleLifecycle(t *testing.T) {
 	again := h.playerUp("P2", sessionToken(t, signer, "s1", "ue-1"))
 	again.send(`{"type":"subscribe","streamerId":"ue-1"}`)
 	again.expectRaw(`{"type":"subscribeFailed","message":"Session ended for inactivity: a new match is required."}`)
+}
+
+// TestIdleNeedsTheExtension: a session whose peers never speak the idle
+// extension (an unmodified Epic frontend and UE worker: input rides the
+// data channel the broker never sees) is not prompted nor cut at 150 s;
+// EndSession (the edge's budget) still ends it, and its token can no longer
+// subscribe.
+func TestIdleNeedsTheExtension(t *testing.T) {
+	clk := newFakeClock()
+	signer := mustSigner(t, secret, clk.Now)
+	cfg := Default()
+	cfg.Auth = AuthToken
+	cfg.IdleTick = 5 * time.Millisecond
+	h := newHarness(t, cfg, Deps{Signer: signer, Now: clk.Now,
+		Idle: func(start time.Time) IdleMachine { return &testIdle{last: start} }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = h.srv.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	st := h.streamerUp("S", streamerToken(t, signer, "ue-1", "us-east-1", "H264"), "ue-1")
+	if err := h.srv.Registry().Lease("ue-1", "s1", clk.Now().Add(10*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	p := h.playerUp("P", sessionToken(t, signer, "s1", "ue-1"))
+	p.send(`{"type":"subscribe","streamerId":"ue-1"}`)
+	st.expect("playerConnected")
+	for i := range 5 { // 250 s of edge time, 50 s at a time, ticked in between
+		clk.Add(50 * time.Second)
+		p.send(`{"type":"ping","time":` + string(rune('1'+i)) + `}`)
+		p.expectRaw(`{"type":"pong","time":` + string(rune('1'+i)) + `}`)
+	}
+	if info, _ := h.srv.Registry().Get("ue-1"); info.State != StateStreaming {
+		t.Fatalf("after 250 s without the extension: %+v, want streaming", info)
+	}
+	if !h.srv.EndSession("s1", EndBudget) {
+		t.Fatal("EndSession found no player")
+	}
+	e := p.expect("egbe.session.ended")
+	if e["reason"] != EndBudget || e["reconnect"] != "new-match" {
+		t.Fatalf("ended %v", e)
+	}
+	p.expectClose(CloseDisconnectPlayer, EndBudget)
+	again := h.playerUp("P2", sessionToken(t, signer, "s1", "ue-1"))
+	again.send(`{"type":"subscribe","streamerId":"ue-1"}`)
+	again.expectRaw(`{"type":"subscribeFailed","message":"Session ended: today's free streaming minutes are used up."}`)
 }

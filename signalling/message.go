@@ -33,6 +33,12 @@ const (
 	typePeerDataChannelsReady = "peerDataChannelsReady"
 	typePing                  = "ping"
 	typePong                  = "pong"
+	// The SFU role (PIXEL_STREAMING_SFU.md section 2).
+	typeStartStreaming       = "startStreaming"
+	typeStopStreaming        = "stopStreaming"
+	typePeerDataChannels     = "peerDataChannels"
+	typeStreamerDataChannels = "streamerDataChannels"
+	typeStreamerDisconnected = "streamerDisconnected"
 )
 
 // knownType interns the type names above, so decoding one does not allocate.
@@ -50,7 +56,9 @@ var allTypes = [...]string{typeIdentify, typeConfig, typeEndpointID, typeEndpoin
 	typeUnsubscribe, typeSubscribeFailed, typePlayerConnected,
 	typePlayerDisconnected, typeDisconnectPlayer, typeOffer, typeAnswer,
 	typeIceCandidate, typeLayerPreference, typeDataChannelRequest,
-	typePeerDataChannelsReady, typePing, typePong}
+	typePeerDataChannelsReady, typePing, typePong, typeStartStreaming,
+	typeStopStreaming, typePeerDataChannels, typeStreamerDataChannels,
+	typeStreamerDisconnected}
 
 // MaxFields is the most top-level members a message may have. Epic's
 // richest message (offer) has six.
@@ -364,6 +372,16 @@ func msgPlayerConnected(id string) []byte {
 	return append(append([]byte(`{"type":"playerConnected","playerId":`), quote(id)...),
 		`,"dataChannel":true,"sfu":false}`...)
 }
+
+// msgSFUConnected is what an SFU's upstream streamer gets when the SFU
+// subscribes: the SFU's player id, with sfu:true.
+func msgSFUConnected(id string) []byte {
+	return append(append([]byte(`{"type":"playerConnected","playerId":`), quote(id)...),
+		`,"dataChannel":true,"sfu":true}`...)
+}
+
+// msgStreamerDisconnected tells an SFU its upstream streamer left.
+var msgStreamerDisconnected = []byte(`{"type":"streamerDisconnected"}`)
 
 func msgPlayerDisconnected(id string) []byte {
 	return append(append([]byte(`{"type":"playerDisconnected","playerId":`), quote(id)...), '}')

@@ -140,3 +140,21 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzInputReport: a worker's egbe.input.stats is accepted only within its
+// bounds; nothing panics.
+func FuzzInputReport(f *testing.F) {
+	f.Add(`{"type":"egbe.input.stats","playerId":"Player3","events":120,"spanMs":10000,"jitterMs":0.4,"mouse":120,"keyboard":0,"motion":60,"zeroInertia":58}`)
+	f.Add(`{"type":"egbe.input.stats","playerId":"Player3","events":-1}`)
+	f.Add(`{"type":"egbe.input.stats","spanMs":99999999999,"jitterMs":1e309}`)
+	f.Add(`{"type":"egbe.input.stats","motion":1,"zeroInertia":2}`)
+	f.Fuzz(func(t *testing.T, raw string) {
+		r, ok := parseInputReport([]byte(raw))
+		if !ok {
+			return
+		}
+		if r.Events < 0 || r.SpanMs < 0 || r.SpanMs > maxReportSpanMs || r.ZeroInertia > r.Motion || r.JitterMs < 0 || r.JitterMs != r.JitterMs {
+			t.Fatalf("out-of-bounds report accepted: %+v", r)
+		}
+	})
+}

@@ -24,12 +24,15 @@ const (
 	dropAuth           = "auth"
 	dropOfferRejected  = "offer_rejected"
 	dropStreamerClosed = "streamer_closed"
+	// dropUnknownStreamer: an SFU subscribed to an id nobody holds.
+	dropUnknownStreamer = "unknown_streamer"
 )
 
 // metrics are the egbe_pxstream_* collectors of one Server.
 type metrics struct {
 	streamers prometheus.Gauge
 	players   prometheus.Gauge
+	sfus      prometheus.Gauge
 	relayed   *prometheus.CounterVec
 	dropped   *prometheus.CounterVec
 }
@@ -44,6 +47,10 @@ func newMetrics(r prometheus.Registerer, reg *Registry) (*metrics, error) {
 			Name: "egbe_pxstream_players_connected",
 			Help: "Player WebSocket connections open.",
 		}),
+		sfus: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egbe_pxstream_sfus_connected",
+			Help: "SFU WebSocket connections open on the SFU port.",
+		}),
 		relayed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egbe_pxstream_messages_relayed_total",
 			Help: "Signalling messages relayed between players and streamers, by type.",
@@ -53,7 +60,7 @@ func newMetrics(r prometheus.Registerer, reg *Registry) (*metrics, error) {
 			Help: "Signalling messages ignored or dropped, and sockets dropped, by reason.",
 		}, []string{"reason"}),
 	}
-	cs := []prometheus.Collector{m.streamers, m.players, m.relayed, m.dropped, &registryCollector{reg}}
+	cs := []prometheus.Collector{m.streamers, m.players, m.sfus, m.relayed, m.dropped, &registryCollector{reg}}
 	for _, c := range cs {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("signalling: register metrics: %w", err)

@@ -53,6 +53,10 @@ type Deps struct {
 	// Idle, when set, runs the idle lifecycle of leased (token-mode)
 	// sessions: it returns a new machine for a session that starts now.
 	Idle func(start time.Time) IdleMachine
+	// Input, when set, receives each streamer's egbe.input.stats report
+	// about a token-mode player (idle.go): the session, its subject, and
+	// what the worker saw. Called without the server's lock.
+	Input func(sessionID, subject string, r InputReport)
 	// Cluster, when set (NewRedisCluster), makes this Server one edge of a
 	// fleet on Redis: the registry is fleet-wide and players signal with
 	// streamers on any edge. Nil (the default) is a single edge in memory.
@@ -78,6 +82,7 @@ type Server struct {
 	upgrader websocket.Upgrader          // immutable after New
 	config   []byte                      // immutable after New: the config message
 	newIdle  func(time.Time) IdleMachine // immutable after New; nil: no idle lifecycle
+	onInput  inputHook                   // immutable after New; nil: reports ignored
 
 	mu         sync.Mutex
 	closed     bool                 // guarded by mu
@@ -93,7 +98,9 @@ type Server struct {
 	// idled the sessions ended for inactivity (their tokens no longer
 	// subscribe). Guarded by mu.
 	idle  map[string]IdleMachine
-	idled map[string]time.Time
+	idled map[string]ended
+	// sfus are the SFU connections in connection order (sfu.go). Guarded by mu.
+	sfus []*sfuConn
 
 	// wg counts every reader and writer goroutine.
 	wg sync.WaitGroup
@@ -108,7 +115,8 @@ type streamer struct {
 
 	id      string             // guarded by s.mu; "" until identified
 	refused bool               // guarded by s.mu: closing for a policy violation
-	players map[string]*player // guarded by s.mu: subscribed players
+	players map[string]*player // guarded by s.mu: subscribed players (SFUs included)
+	sfu     *sfuConn           // immutable: set on an SFU's streamer side (sfu.go)
 }
 
 // player is one player socket.
@@ -118,6 +126,7 @@ type player struct {
 	session *auth.PxSession // immutable; nil in drop-in mode
 
 	streamer *streamer // guarded by s.mu
+	sfu      *sfuConn  // immutable: set on an SFU's player side (sfu.go)
 }
 
 // New returns a Server; cfg is validated.
@@ -156,8 +165,9 @@ func New(cfg Config, d Deps) (*Server, error) {
 		conns:   make(map[*conn]struct{}),
 		byID:    make(map[string]*streamer),
 		idle:    make(map[string]IdleMachine),
-		idled:   make(map[string]time.Time),
+		idled:   make(map[string]ended),
 		newIdle: d.Idle,
+		onInput: d.Input,
 	}
 	met, err := newMetrics(d.Registerer, s.reg)
 	if err != nil {
@@ -217,6 +227,12 @@ func (s *Server) Close() {
 // and writes the greeting frames (none when the connection is refused)
 // with the 101 response: one write for the handshake and the greeting.
 func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, log *slog.Logger, greeting ...[]byte) (*conn, bool) {
+	return s.upgradeQueue(w, r, log, s.cfg.SendQueue, greeting...)
+}
+
+// upgradeQueue is upgrade with a send queue of queue frames (an SFU's
+// socket carries all its players' signalling).
+func (s *Server) upgradeQueue(w http.ResponseWriter, r *http.Request, log *slog.Logger, queue int, greeting ...[]byte) (*conn, bool) {
 	var h http.Header
 	if p := websocket.Subprotocols(r); len(p) > 0 {
 		h = http.Header{"Sec-Websocket-Protocol": {p[0]}}
@@ -230,6 +246,9 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, log *slog.Logge
 		return nil, false // the upgrader answered the HTTP error
 	}
 	c := newConn(s, ws, hj.bc, log)
+	if queue != cap(c.out) {
+		c.out = make(chan []byte, queue) // before any goroutine sees c
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -451,12 +470,16 @@ func (s *Server) onStreamerFrame(st *streamer, b []byte) {
 		s.streamerToPlayer(st, &m)
 	case typeDisconnectPlayer:
 		s.disconnectPlayer(st, &m)
+	case typeLayerPreference:
+		s.layerPreferenceToSFUs(st, &m)
 	case typeIdleInput:
 		s.mu.Lock()
 		if p := st.lookupPlayer(&m); p != nil && p.session != nil {
 			s.idleInputLocked(p.session.SessionID)
 		}
 		s.mu.Unlock()
+	case typeInputStats:
+		s.inputStats(st, &m)
 	default:
 		s.ignore(st.conn, dropUnknownType, m.Type)
 	}
@@ -656,6 +679,10 @@ func (s *Server) streamerGone(st *streamer) {
 	}
 	for _, p := range st.players {
 		p.streamer = nil
+		if p.sfu != nil {
+			sessions = append(sessions, s.upstreamGoneLocked(p.sfu)...)
+			continue
+		}
 		if p.session != nil {
 			sessions = append(sessions, p.session.SessionID)
 		}
@@ -712,17 +739,21 @@ func (s *Server) onPlayerFrame(p *player, b []byte) {
 // token-mode player sees only its leased streamer.
 func (s *Server) listStreamers(p *player) {
 	if s.cl != nil { // the whole fleet's (relay.go)
-		p.send(msgStreamerList(s.cl.listIDs(p)))
+		ids := s.cl.listIDs(p)
+		s.mu.Lock()
+		ids = s.appendSFUsLocked(ids, p)
+		s.mu.Unlock()
+		p.send(msgStreamerList(ids))
 		return
 	}
 	s.mu.Lock()
 	if p.session == nil {
 		if s.list == nil {
-			ids := make([]string, len(s.streamers))
+			ids := make([]string, len(s.streamers), len(s.streamers)+len(s.sfus))
 			for i, st := range s.streamers {
 				ids[i] = st.id
 			}
-			s.list = msgStreamerList(ids)
+			s.list = msgStreamerList(s.appendSFUsLocked(ids, p))
 		}
 		list := s.list
 		s.mu.Unlock()
@@ -735,6 +766,7 @@ func (s *Server) listStreamers(p *player) {
 			ids = append(ids, st.id)
 		}
 	}
+	ids = s.appendSFUsLocked(ids, p)
 	s.mu.Unlock()
 	p.send(msgStreamerList(ids))
 }
@@ -756,7 +788,9 @@ func (s *Server) subscribeLocked(p *player, id string) bool {
 		p.send(msgSubscribeFailed(fmt.Sprintf("Streamer %s does not exist.", id)))
 		return false
 	}
-	if s.cfg.MaxPlayers > 0 && len(st.players) >= s.cfg.MaxPlayers {
+	// --max-players does not apply to SFUs, and an SFU subscribed to a
+	// streamer takes no player's seat (PIXEL_STREAMING_SFU.md section 1).
+	if s.cfg.MaxPlayers > 0 && st.sfu == nil && st.playerCount() >= s.cfg.MaxPlayers {
 		p.send(msgSubscribeFailed(fmt.Sprintf("Streamer %s is full. Max players = %d.", id, s.cfg.MaxPlayers)))
 		return false
 	}
@@ -765,11 +799,11 @@ func (s *Server) subscribeLocked(p *player, id string) bool {
 			p.send(msgSubscribeFailed(fmt.Sprintf("Streamer %s is not leased to this session.", id)))
 			return false
 		}
-		if _, gone := s.idled[p.session.SessionID]; gone {
-			p.send(msgSubscribeFailed("Session ended for inactivity: a new match is required."))
+		if e, gone := s.idled[p.session.SessionID]; gone {
+			p.send(msgSubscribeFailed(endedText(e.reason)))
 			return false
 		}
-		if err := s.reg.st.claim(id, p.session.SessionID, s.now(), p.session.ExpiresAt); err != nil {
+		if err := s.claimLocked(st, p.session); err != nil {
 			p.log.Info("subscribe refused", "streamer", id, "err", err)
 			p.send(msgSubscribeFailed(fmt.Sprintf("Streamer %s is leased to another session.", id)))
 			return false
@@ -780,7 +814,9 @@ func (s *Server) subscribeLocked(p *player, id string) bool {
 	if p.session != nil {
 		s.idleStartLocked(p.session.SessionID)
 	}
-	_ = s.reg.st.joined(id)
+	if st.sfu == nil { // SFUs are not in the registry
+		_ = s.reg.st.joined(id)
+	}
 	st.send(msgPlayerConnected(p.id))
 	return true
 }
@@ -794,7 +830,9 @@ func (s *Server) detachLocked(p *player) bool {
 	}
 	p.streamer = nil
 	delete(st.players, p.id)
-	s.reg.st.left(st.id, s.now(), s.cfg.LeaseGrace)
+	if st.sfu == nil {
+		s.reg.st.left(st.id, s.now(), s.cfg.LeaseGrace)
+	}
 	st.send(msgPlayerDisconnected(p.id))
 	return true
 }

@@ -190,6 +190,9 @@ egbe_pxstream_messages_relayed_total{type="offer"} 1
 # HELP egbe_pxstream_players_connected Player WebSocket connections open.
 # TYPE egbe_pxstream_players_connected gauge
 egbe_pxstream_players_connected 1
+# HELP egbe_pxstream_sfus_connected SFU WebSocket connections open on the SFU port.
+# TYPE egbe_pxstream_sfus_connected gauge
+egbe_pxstream_sfus_connected 0
 # HELP egbe_pxstream_streamers Registered (identified) streamers by POP and state.
 # TYPE egbe_pxstream_streamers gauge
 egbe_pxstream_streamers{pop="eu-west-1",state="idle"} 0

@@ -193,6 +193,16 @@ func queueContract(t *testing.T, b backend) {
 		if p := must(q.Poll(ctx, tk(0, "eu", LanePxstream), r, t0.Add(3*time.Second))); p.Status != StatusAdmitted {
 			t.Fatalf("after unfreeze: %s", p.Status)
 		}
+		// Waitlist mode is a flag of the meta every node reads.
+		if m, err := q.Control(ctx, Control{Op: OpWaitlist}); err != nil || !m.Waitlist {
+			t.Fatalf("waitlist: %+v %v", m, err)
+		}
+		if m, err := q.Meta(ctx); err != nil || !m.Waitlist || m.Frozen {
+			t.Fatalf("meta after waitlist: %+v %v", m, err)
+		}
+		if m, err := q.Control(ctx, Control{Op: OpUnwaitlist}); err != nil || m.Waitlist {
+			t.Fatalf("unwaitlist: %+v %v", m, err)
+		}
 	})
 	t.Run("FIFOPerRegion", func(t *testing.T) {
 		must := mustFor(t)

@@ -131,8 +131,9 @@ func (m *MemoryLeases) Release(_ context.Context, holder string, keys []string) 
 
 // MemoryBudgets is the one-node Budgets.
 type MemoryBudgets struct {
-	mu sync.Mutex
-	m  map[string]budget // guarded by mu
+	mu     sync.Mutex
+	m      map[string]budget // guarded by mu
+	writes int               // guarded by mu: sweep every sweepEvery adds
 }
 
 type budget struct {
@@ -165,8 +166,9 @@ func (b *MemoryBudgets) Add(_ context.Context, key string, delta int64, ttl time
 	ms := now.UnixMilli()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	// Sweep lazily so expired days do not accumulate.
-	if len(b.m) > 4096 {
+	// Sweep now and then so expired days do not accumulate (a sweep per
+	// add would make every add O(keys)).
+	if b.writes++; b.writes%sweepEvery == 0 {
 		for k, v := range b.m {
 			if v.dl <= ms {
 				delete(b.m, k)

@@ -43,6 +43,7 @@ type Meta struct {
 	ArmedRegions map[string]bool // regions armed on their own
 	Frozen       bool            // operator freeze: bypass lanes only
 	Halved       bool            // operator: global rate halved
+	Waitlist     bool            // waitlist mode: new joins go to waitlist capture
 }
 
 // Armed reports whether region queues.
@@ -58,6 +59,10 @@ const (
 	OpUnfreeze Op = "unfreeze" //
 	OpHalve    Op = "halve"    // halve the global admission rate
 	OpRestore  Op = "restore"  // undo halve
+	// OpWaitlist switches overflow to waitlist mode (no new places, no
+	// wait quoted); OpUnwaitlist undoes it.
+	OpWaitlist   Op = "waitlist"
+	OpUnwaitlist Op = "unwaitlist"
 	// OpRearm starts a new epoch after state loss: an empty, globally armed
 	// room. Tickets of the old epoch are refused.
 	OpRearm Op = "rearm"
@@ -265,6 +270,8 @@ func (q *MemoryQueue) Control(_ context.Context, c Control) (Meta, error) {
 		m.Frozen = c.Op == OpFreeze
 	case OpHalve, OpRestore:
 		m.Halved = c.Op == OpHalve
+	case OpWaitlist, OpUnwaitlist:
+		m.Waitlist = c.Op == OpWaitlist
 	default:
 		return Meta{}, fmt.Errorf("%w: unknown op %q", ErrBadArgument, c.Op)
 	}

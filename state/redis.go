@@ -16,7 +16,7 @@ import (
 // (one Cluster slot, so each Lua script touches one slot) and, after the
 // meta hash, the epoch:
 //
-//	{egbeq}:meta                       hash  epoch, seq, armed, armed:<region>, frozen, halved
+//	{egbeq}:meta                       hash  epoch, seq, armed, armed:<region>, frozen, halved, waitlist
 //	{egbeq}:<epoch>:b:global           hash  tok, ts      global admission bucket
 //	{egbeq}:<epoch>:b:r:<region>       hash  tok, ts      regional bucket
 //	{egbeq}:<epoch>:b:x:<name>         hash  tok, ts      plain bucket (signups)
@@ -211,6 +211,8 @@ elseif op == 'freeze' then redis.call('HSET', meta, 'frozen', '1')
 elseif op == 'unfreeze' then redis.call('HDEL', meta, 'frozen')
 elseif op == 'halve' then redis.call('HSET', meta, 'halved', '1')
 elseif op == 'restore' then redis.call('HDEL', meta, 'halved')
+elseif op == 'waitlist' then redis.call('HSET', meta, 'waitlist', '1')
+elseif op == 'unwaitlist' then redis.call('HDEL', meta, 'waitlist')
 end
 return {'OK', ep, redis.call('HGETALL', meta)}
 `)
@@ -311,6 +313,8 @@ func parseMeta(epoch string, flat []any) Meta {
 			m.Frozen = true
 		case k == "halved":
 			m.Halved = true
+		case k == "waitlist":
+			m.Waitlist = true
 		}
 	}
 	return m
@@ -340,7 +344,7 @@ func (q *RedisQueue) Control(ctx context.Context, c Control) (Meta, error) {
 		q.known = e
 		q.mu.Unlock()
 		return q.Meta(ctx)
-	case OpArm, OpDisarm, OpFreeze, OpUnfreeze, OpHalve, OpRestore:
+	case OpArm, OpDisarm, OpFreeze, OpUnfreeze, OpHalve, OpRestore, OpWaitlist, OpUnwaitlist:
 		return q.meta(ctx, c.Op, c.Region)
 	}
 	return Meta{}, fmt.Errorf("%w: unknown op %q", ErrBadArgument, c.Op)

@@ -75,3 +75,54 @@ func readLanes(ctx context.Context, reliable, unreliable <-chan []byte, done <-c
 		return Message{}, fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
 	}
 }
+
+// bufListMax bounds how many write buffers a bufList keeps, and
+// bufListKeep the largest one it keeps.
+const (
+	bufListMax  = 64
+	bufListKeep = 2 * wsMaxBatch
+)
+
+// bufList is a bounded free list of write buffers shared by one
+// transport's connections: a connection takes a buffer when it first
+// buffers a frame and gives it back after the write, so idle connections
+// hold none. Unlike a sync.Pool it is not emptied by every GC (nor thinned
+// by the race detector), so a warm writer never allocates; it keeps at most
+// bufListMax buffers of at most bufListKeep bytes.
+type bufList struct {
+	size int        // immutable: capacity of a new buffer
+	mu   sync.Mutex // guards free
+	free []*[]byte
+}
+
+func newBufList(size int) *bufList {
+	return &bufList{size: size, free: make([]*[]byte, 0, bufListMax)}
+}
+
+// get returns an empty buffer.
+func (l *bufList) get() *[]byte {
+	l.mu.Lock()
+	if n := len(l.free); n > 0 {
+		b := l.free[n-1]
+		l.free[n-1] = nil
+		l.free = l.free[:n-1]
+		l.mu.Unlock()
+		return b
+	}
+	l.mu.Unlock()
+	b := make([]byte, 0, l.size)
+	return &b
+}
+
+// put gives b back (or drops it when the list is full or b is too large).
+func (l *bufList) put(b *[]byte) {
+	if cap(*b) > bufListKeep {
+		return
+	}
+	*b = (*b)[:0]
+	l.mu.Lock()
+	if len(l.free) < bufListMax {
+		l.free = append(l.free, b)
+	}
+	l.mu.Unlock()
+}

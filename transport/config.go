@@ -111,12 +111,18 @@ type WebTransportConfig struct {
 	// MaxIdleTimeout and KeepAlivePeriod are the QUIC settings.
 	MaxIdleTimeout  time.Duration
 	KeepAlivePeriod time.Duration
+	// HTTP3IdleTimeout closes a connection that has no HTTP/3 request or
+	// WebTransport session open for this long; QUIC keepalives do not
+	// count, so a bare QUIC connection that never sends a request is
+	// dropped after it.
+	HTTP3IdleTimeout time.Duration
 	// WriteTimeout bounds one reliable write when ctx has no earlier deadline.
 	WriteTimeout time.Duration
-	// DatagramQueue bounds outgoing datagrams waiting for the per-connection
-	// sender; beyond it WriteUnreliable drops.
+	// DatagramQueue is the depth of the latest-wins queue of outgoing
+	// datagrams waiting for the sender; a full queue drops its oldest.
 	DatagramQueue int
-	// InboundQueue bounds received messages per lane waiting for Read.
+	// InboundQueue is the depth of the latest-wins queue of received
+	// datagrams waiting for Read; a full queue drops its oldest.
 	InboundQueue int
 }
 
@@ -126,21 +132,22 @@ func DefaultWebTransportConfig() WebTransportConfig {
 		FirstStreamTimeout: 10 * time.Second,
 		MaxIdleTimeout:     30 * time.Second,
 		KeepAlivePeriod:    10 * time.Second,
+		HTTP3IdleTimeout:   30 * time.Second,
 		WriteTimeout:       10 * time.Second,
-		DatagramQueue:      64,
-		InboundQueue:       64,
+		DatagramQueue:      2,
+		InboundQueue:       2,
 	}
 }
 
 // Validate checks ranges.
 func (c WebTransportConfig) Validate() error {
 	switch {
-	case c.FirstStreamTimeout <= 0, c.MaxIdleTimeout <= 0, c.KeepAlivePeriod <= 0, c.WriteTimeout <= 0:
+	case c.FirstStreamTimeout <= 0, c.MaxIdleTimeout <= 0, c.KeepAlivePeriod <= 0, c.WriteTimeout <= 0, c.HTTP3IdleTimeout <= 0:
 		return fmt.Errorf("%w: webtransport timeouts must be positive", ErrConfig)
 	case c.KeepAlivePeriod >= c.MaxIdleTimeout:
 		return fmt.Errorf("%w: webtransport keepalive %s must be below idle timeout %s", ErrConfig, c.KeepAlivePeriod, c.MaxIdleTimeout)
-	case c.DatagramQueue <= 0, c.InboundQueue <= 0:
-		return fmt.Errorf("%w: webtransport queues must be positive", ErrConfig)
+	case c.DatagramQueue <= 0, c.InboundQueue <= 0, c.DatagramQueue > latestMax, c.InboundQueue > latestMax:
+		return fmt.Errorf("%w: webtransport queues must be 1..%d deep", ErrConfig, latestMax)
 	}
 	return nil
 }
@@ -149,6 +156,9 @@ func (c WebTransportConfig) Validate() error {
 type WebRTCConfig struct {
 	// MaxOfferBytes bounds the POST body.
 	MaxOfferBytes int64
+	// OfferReadTimeout bounds reading the POST body; a body still arriving
+	// then is answered 408 offer_timeout.
+	OfferReadTimeout time.Duration
 	// ConnectTimeout bounds ICE + DTLS + SCTP + the reliable channel opening,
 	// counted from the answer; a peer that does not make it is torn down.
 	ConnectTimeout time.Duration
@@ -159,31 +169,37 @@ type WebRTCConfig struct {
 	// Handler start waits for the unreliable channel (both are created
 	// before the offer, so it normally opens within a round trip).
 	UnreliableWait time.Duration
-	// InboundQueue bounds received messages per lane waiting for Read. A full
-	// reliable queue pushes back on the peer through SCTP; a full
-	// unreliable queue drops.
+	// InboundQueue is the depth of the latest-wins queue of unreliable
+	// messages waiting for Read; a full queue drops its oldest. (Read reads
+	// the reliable channel itself: SCTP pushes back on the peer.)
 	InboundQueue int
 	// ReliableHighWater: WriteReliable waits while the reliable channel has
-	// more than this buffered. UnreliableHighWater: WriteUnreliable drops
-	// above it.
+	// more than this buffered. UnreliableHighWater: above it
+	// WriteUnreliable parks the message (one deep, latest wins) until the
+	// channel drains, so SCTP never holds much stale state.
 	ReliableHighWater   uint64
 	UnreliableHighWater uint64
 	// MaxPending bounds peers answered but not yet connected; offers beyond
 	// it get 503 so an offer flood cannot pile up peer connections.
-	MaxPending int
+	// MaxPendingPerNetwork bounds those of one network (IPv4 /24, IPv6
+	// /48), so one network cannot take every slot.
+	MaxPending           int
+	MaxPendingPerNetwork int
 }
 
 // DefaultWebRTCConfig returns the defaults.
 func DefaultWebRTCConfig() WebRTCConfig {
 	return WebRTCConfig{
-		MaxOfferBytes:       64 << 10,
-		ConnectTimeout:      15 * time.Second,
-		GatherTimeout:       5 * time.Second,
-		UnreliableWait:      time.Second,
-		InboundQueue:        64,
-		ReliableHighWater:   1 << 20,
-		UnreliableHighWater: 64 << 10,
-		MaxPending:          256,
+		MaxOfferBytes:        64 << 10,
+		OfferReadTimeout:     5 * time.Second,
+		ConnectTimeout:       15 * time.Second,
+		GatherTimeout:        5 * time.Second,
+		UnreliableWait:       time.Second,
+		InboundQueue:         2,
+		ReliableHighWater:    1 << 20,
+		UnreliableHighWater:  16 << 10,
+		MaxPending:           256,
+		MaxPendingPerNetwork: 32,
 	}
 }
 
@@ -192,10 +208,12 @@ func (c WebRTCConfig) Validate() error {
 	switch {
 	case c.MaxOfferBytes < 1024:
 		return fmt.Errorf("%w: webrtc max offer %d below 1 KiB", ErrConfig, c.MaxOfferBytes)
-	case c.ConnectTimeout <= 0, c.GatherTimeout <= 0, c.UnreliableWait < 0:
+	case c.ConnectTimeout <= 0, c.GatherTimeout <= 0, c.UnreliableWait < 0, c.OfferReadTimeout <= 0:
 		return fmt.Errorf("%w: webrtc timeouts must be positive", ErrConfig)
-	case c.InboundQueue <= 0, c.ReliableHighWater == 0, c.UnreliableHighWater == 0, c.MaxPending <= 0:
-		return fmt.Errorf("%w: webrtc queues must be positive", ErrConfig)
+	case c.InboundQueue <= 0, c.InboundQueue > latestMax:
+		return fmt.Errorf("%w: webrtc inbound queue must be 1..%d deep", ErrConfig, latestMax)
+	case c.ReliableHighWater == 0, c.UnreliableHighWater == 0, c.MaxPending <= 0, c.MaxPendingPerNetwork <= 0:
+		return fmt.Errorf("%w: webrtc limits must be positive", ErrConfig)
 	}
 	return nil
 }

@@ -16,3 +16,19 @@ var (
 	// ErrConfig: a configuration value is out of range.
 	ErrConfig = errors.New("transport: invalid config")
 )
+
+// Internal read-side causes, never returned from Read as is: Read maps
+// them to ErrClosed (wrapping the cause) or handles them.
+var (
+	// errReadCancelled: Read's ctx ended; the connection itself goes on.
+	errReadCancelled = errors.New("transport: read cancelled by its context")
+	// errKeepalive: a WebSocket peer sent nothing within PongWait of a ping.
+	errKeepalive = errors.New("transport: peer silent past the keepalive")
+	// errCloseGrace: no close reply within closeGrace of the edge's close.
+	errCloseGrace = errors.New("transport: no close reply within the grace period")
+	// errPeerClosed: the WebSocket peer sent its close frame.
+	errPeerClosed = errors.New("transport: peer closed")
+	// errWSProtocol: the peer broke RFC 6455; the connection is closed with
+	// the wsProtoError's code.
+	errWSProtocol = errors.New("transport: websocket protocol error")
+)

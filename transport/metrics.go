@@ -18,9 +18,11 @@ type Metrics struct {
 
 // Drop and handshake-failure reasons (label values).
 const (
-	dropSendQueueFull = "send_queue_full" // WriteUnreliable: queue or buffer full
-	dropRecvQueueFull = "recv_queue_full" // inbound unreliable queue full
+	dropSendQueueFull = "send_queue_full" // outgoing latest-wins queue full: its oldest message dropped
+	dropRecvQueueFull = "recv_queue_full" // inbound latest-wins queue full: its oldest message dropped
 	dropNotOpen       = "lane_not_open"   // unreliable lane not (yet) open
+	dropSendTooLarge  = "send_too_large"  // larger than the path's datagram size
+	dropSendFailed    = "send_failed"     // the library refused it (connection closing)
 
 	hsOrigin      = "origin"
 	hsUpgrade     = "upgrade"

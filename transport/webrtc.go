@@ -10,11 +10,15 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/pion/datachannel"
+	"github.com/pion/interceptor"
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
 
@@ -29,7 +33,9 @@ import (
 //
 // Lanes: the "egbe-reliable" data channel (ordered, reliable) and the
 // "egbe-unreliable" one (unordered, maxRetransmits:0); one binary message
-// per envelope.
+// per envelope. Channels are detached from pion's callbacks: Read reads the
+// reliable channel itself, and one receiver per peer reads the unreliable
+// one.
 type WebRTC struct {
 	cfg WebRTCConfig // immutable after New
 	h   Handler      // immutable after New
@@ -44,8 +50,11 @@ type WebRTC struct {
 	closing bool                  // guarded by mu
 	peers   map[*rtcConn]struct{} // guarded by mu
 	pending int                   // guarded by mu: peers answered, not yet connected
-	// wg tracks offer requests in flight, each peer's run goroutine and
-	// each Handler goroutine; Add happens under mu while !closing.
+	// pendingNet counts pending by the offer's network (/24, /48), so one
+	// network cannot take every slot.
+	pendingNet map[netip.Prefix]int // guarded by mu
+	// wg tracks offer requests in flight and each peer's run goroutine
+	// (which runs the Handler); Add happens under mu while !closing.
 	wg sync.WaitGroup
 }
 
@@ -68,13 +77,25 @@ func NewWebRTC(cfg WebRTCConfig, port *iceport.Port, h Handler, logger *slog.Log
 	// consent: disconnected after 5 s of silence, failed (and torn down)
 	// after 10 s rather than pion's 25 s.
 	se.SetICETimeouts(5*time.Second, 10*time.Second, 2*time.Second)
+	// Read and the unreliable receiver read the channels themselves: no
+	// pion read loop (and its 64 KiB buffer) per channel, no copy per
+	// message into a callback.
+	se.DetachDataChannels()
+	logger = logger.With("component", "transport", "transport", string(KindWebRTC))
+	se.LoggerFactory = newPionLogs(logger)
 	w := &WebRTC{
-		cfg:   cfg,
-		h:     h,
-		log:   logger.With("component", "transport", "transport", string(KindWebRTC)),
-		km:    m.forKind(KindWebRTC),
-		api:   webrtc.NewAPI(webrtc.WithSettingEngine(se)),
-		peers: make(map[*rtcConn]struct{}),
+		cfg: cfg,
+		h:   h,
+		log: logger,
+		km:  m.forKind(KindWebRTC),
+		// Data channels only: no codecs, and an empty interceptor registry
+		// (pion's default NACK, RTCP report and TWCC interceptors, with
+		// their goroutines, serve media this edge never carries here).
+		api: webrtc.NewAPI(webrtc.WithSettingEngine(se),
+			webrtc.WithMediaEngine(&webrtc.MediaEngine{}),
+			webrtc.WithInterceptorRegistry(&interceptor.Registry{})),
+		peers:      make(map[*rtcConn]struct{}),
+		pendingNet: make(map[netip.Prefix]int),
 	}
 	w.baseCtx, w.cancelBase = context.WithCancel(context.Background())
 	return w, nil
@@ -129,7 +150,10 @@ func parseOffer(contentType string, body []byte) (string, error) {
 	return "", fmt.Errorf("%w: no data channel (application) section", ErrBadOffer)
 }
 
-// ServeHTTP answers one offer.
+// ServeHTTP answers one offer. The body is read first, under
+// OfferReadTimeout, and only then is a handshake slot taken: a client that
+// trickles its body holds nothing but its own request. Slots are bounded in
+// total (MaxPending) and per network (MaxPendingPerNetwork).
 func (w *WebRTC) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		rw.Header().Set("Allow", "POST")
@@ -144,47 +168,64 @@ func (w *WebRTC) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		writeHTTPError(rw, http.StatusServiceUnavailable, string(codec.CodeDraining), "edge is shutting down")
 		return
 	}
-	if w.pending >= w.cfg.MaxPending {
-		w.mu.Unlock()
-		w.km.handshakeFailure(hsBusy)
-		rw.Header().Set("Retry-After", "1")
-		writeHTTPError(rw, http.StatusServiceUnavailable, "busy", "too many WebRTC handshakes in progress")
-		return
-	}
-	// Reserve a handshake slot now so concurrent offers cannot overshoot
-	// MaxPending; a started peer's run goroutine takes it over.
-	w.pending++
 	w.wg.Add(1)
 	w.mu.Unlock()
 	defer w.wg.Done()
-	handedOver := false
-	defer func() {
-		if !handedOver {
-			w.mu.Lock()
-			w.pending--
-			w.mu.Unlock()
-		}
-	}()
 
+	rc := http.NewResponseController(rw)
+	_ = rc.SetReadDeadline(time.Now().Add(w.cfg.OfferReadTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, w.cfg.MaxOfferBytes))
 	if err != nil {
+		// The rest of the body is never read: net/http would otherwise try
+		// to drain it before answering, which a stalled client never lets
+		// finish.
+		rw.Header().Set("Connection", "close")
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe):
 			w.km.handshakeFailure(hsBadOffer)
 			writeHTTPError(rw, http.StatusRequestEntityTooLarge, "offer_too_large", ErrOfferTooLarge.Error())
-			return
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			w.km.handshakeFailure(hsTimeout)
+			writeHTTPError(rw, http.StatusRequestTimeout, "offer_timeout",
+				fmt.Sprintf("the offer body did not arrive within %s", w.cfg.OfferReadTimeout))
+		default:
+			writeHTTPError(rw, http.StatusBadRequest, "bad_offer", "reading body: "+err.Error())
 		}
-		writeHTTPError(rw, http.StatusBadRequest, "bad_offer", "reading body: "+err.Error())
 		return
 	}
+	// Cleared so the server's own read of the connection (it watches for
+	// the client going away) does not time out while the answer is built.
+	_ = rc.SetReadDeadline(time.Time{})
 	offer, err := parseOffer(r.Header.Get("Content-Type"), body)
 	if err != nil {
 		w.km.handshakeFailure(hsBadOffer)
 		writeHTTPError(rw, http.StatusBadRequest, "bad_offer", err.Error())
 		return
 	}
-	answer, status, err := w.answer(r.Context(), offer)
+
+	network := networkOf(r.RemoteAddr)
+	w.mu.Lock()
+	switch {
+	case w.closing:
+		w.mu.Unlock()
+		w.km.handshakeFailure(hsShutdown)
+		writeHTTPError(rw, http.StatusServiceUnavailable, string(codec.CodeDraining), "edge is shutting down")
+		return
+	case w.pending >= w.cfg.MaxPending, w.pendingNet[network] >= w.cfg.MaxPendingPerNetwork:
+		w.mu.Unlock()
+		w.km.handshakeFailure(hsBusy)
+		rw.Header().Set("Retry-After", "1")
+		writeHTTPError(rw, http.StatusServiceUnavailable, "busy", "too many WebRTC handshakes in progress")
+		return
+	}
+	w.pending++
+	w.pendingNet[network]++
+	w.mu.Unlock()
+	// The slot is the started peer's run goroutine's from here on.
+	answer, status, err := w.answer(r.Context(), offer, network)
 	if err != nil {
+		w.releasePending(network)
 		code := "bad_offer"
 		if status >= 500 {
 			code = string(codec.CodeInternal)
@@ -192,30 +233,63 @@ func (w *WebRTC) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		writeHTTPError(rw, status, code, err.Error())
 		return
 	}
-	handedOver = true
 	rw.Header().Set("Content-Type", "application/sdp")
 	rw.Header().Set("Cache-Control", "no-store")
 	rw.WriteHeader(http.StatusCreated)
 	_, _ = io.WriteString(rw, answer)
 }
 
+// Offers are counted per network: an IPv4 /24 or an IPv6 /48, as the
+// edge's admission keys networks.
+const (
+	pendingV4Bits = 24
+	pendingV6Bits = 48
+)
+
+// networkOf is the pending-slot key of a request's remote address (one
+// shared key for an address that does not parse).
+func networkOf(remote string) netip.Prefix {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	ip := ap.Addr().Unmap()
+	bits := pendingV6Bits
+	if ip.Is4() {
+		bits = pendingV4Bits
+	}
+	p, _ := ip.Prefix(bits)
+	return p
+}
+
+func (w *WebRTC) releasePending(network netip.Prefix) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pending--
+	if w.pendingNet[network]--; w.pendingNet[network] <= 0 {
+		delete(w.pendingNet, network)
+	}
+}
+
 // answer builds the peer, answers offer and starts the peer's run
-// goroutine. On error it returns the HTTP status to answer.
-func (w *WebRTC) answer(ctx context.Context, offer string) (string, int, error) {
+// goroutine, which takes over network's pending slot. On error it returns
+// the HTTP status to answer.
+func (w *WebRTC) answer(ctx context.Context, offer string, network netip.Prefix) (string, int, error) {
 	pc, err := w.api.NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
 		w.km.handshakeFailure(hsInternal)
 		return "", http.StatusInternalServerError, fmt.Errorf("transport: new peer connection: %w", err)
 	}
-	c := newRTCConn(w, pc)
+	c := newRTCConn(w, pc, network)
 	pc.OnDataChannel(c.onDataChannel)
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
 		if s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateClosed {
-			c.end(fmt.Errorf("%w: peer connection %s", ErrClosed, s))
+			c.endWith(fmt.Errorf("%w: peer connection %s", ErrClosed, s))
 		}
 	})
 	fail := func(status int, reason string, err error) (string, int, error) {
 		w.km.handshakeFailure(reason)
+		c.cancel()
 		_ = pc.Close()
 		return "", status, err
 	}
@@ -279,36 +353,82 @@ func (w *WebRTC) Shutdown(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// rtcReadBuffer is each channel reader's buffer, kept for the peer's life.
+// A larger message is read again into an rtcMidBuffer (allocated when
+// first needed, then kept), and one larger still into a MaxMessageSize
+// buffer kept only until the next Read.
+const (
+	rtcReadBuffer = 1 << 10
+	rtcMidBuffer  = 4 << 10
+)
+
 // rtcConn is one WebRTC peer.
+//
+// Goroutines: run (which runs the Handler, so it is the session's reader:
+// Read reads the reliable channel itself) and, once the unreliable channel
+// is open, one receiver that parks its messages in a latest-wins queue and
+// interrupts Read with a read deadline. Below them pion runs ICE, DTLS and
+// SCTP; no interceptor and no per-channel read loop.
 type rtcConn struct {
-	w  *WebRTC                // immutable
-	pc *webrtc.PeerConnection // immutable; closed only by run
+	w       *WebRTC                // immutable
+	pc      *webrtc.PeerConnection // immutable; closed only by run
+	network netip.Prefix           // immutable: whose pending slot run holds
+	ctx     context.Context        // immutable: the Handler's; cancelled when the Conn ends
+	cancel  context.CancelFunc     // immutable
 
 	ending
 	remote net.Addr // written by run before the Handler starts
 
 	relOnce   sync.Once
-	relOpen   chan struct{}       // closed once rel is open
-	rel       *webrtc.DataChannel // written before relOpen is closed
+	relOpen   chan struct{}                        // closed once rel is open
+	rel       *webrtc.DataChannel                  // written before relOpen is closed
+	relRaw    datachannel.ReadWriteCloserDeadliner // rel, detached; written before relOpen is closed
 	unrelOnce sync.Once
 	unrelOpen chan struct{}                      // closed once unrel is open
 	unrel     atomic.Pointer[webrtc.DataChannel] // nil until open
+	relLow    chan struct{}                      // OnBufferedAmountLow -> WriteReliable; cap 1
 
-	reliable   chan []byte   // reliable OnMessage -> Read; bounded, blocks
-	unreliable chan []byte   // unreliable OnMessage -> Read; bounded, drops
-	relLow     chan struct{} // OnBufferedAmountLow -> WriteReliable; cap 1
+	// Read side, owned by the Read caller.
+	rbuf    []byte // rtcReadBuffer bytes
+	mid     []byte // rtcMidBuffer bytes, once a message needed it
+	big     []byte // a message larger than mid; dropped at the next Read
+	dg      []byte // the unreliable message last returned
+	readCtx context.Context
+	stopCtx func() bool
+
+	in *latest // unreliable messages: receiver -> Read
+
+	outMu sync.Mutex // serialises unreliable sends (the writer and OnBufferedAmountLow)
+	park  *latest    // the newest unreliable message waiting for the channel to drain
+	pbuf  []byte     // guarded by outMu
+
+	rxMu     sync.Mutex
+	rxDone   bool           // guarded by rxMu: no receiver may start
+	rxWG     sync.WaitGroup // the receiver
+	tooLarge sync.Once      // the frame_too_large Error is sent once
 }
 
 var _ Conn = (*rtcConn)(nil)
 
-func newRTCConn(w *WebRTC, pc *webrtc.PeerConnection) *rtcConn {
-	return &rtcConn{
-		w: w, pc: pc, ending: newEnding(),
-		relOpen:    make(chan struct{}),
-		unrelOpen:  make(chan struct{}),
-		reliable:   make(chan []byte, w.cfg.InboundQueue),
-		unreliable: make(chan []byte, w.cfg.InboundQueue),
-		relLow:     make(chan struct{}, 1),
+func newRTCConn(w *WebRTC, pc *webrtc.PeerConnection, network netip.Prefix) *rtcConn {
+	c := &rtcConn{
+		w: w, pc: pc, network: network, ending: newEnding(),
+		relOpen:   make(chan struct{}),
+		unrelOpen: make(chan struct{}),
+		relLow:    make(chan struct{}, 1),
+		rbuf:      make([]byte, rtcReadBuffer),
+		in:        newLatest(w.cfg.InboundQueue),
+		park:      newLatest(1),
+	}
+	c.ctx, c.cancel = context.WithCancel(w.baseCtx)
+	return c
+}
+
+// endWith ends the Conn (first cause wins): the Handler's ctx is cancelled,
+// which interrupts its Read.
+func (c *rtcConn) endWith(err error) {
+	if c.end(err) {
+		c.cancel()
 	}
 }
 
@@ -323,18 +443,31 @@ func (c *rtcConn) onDataChannel(dc *webrtc.DataChannel) {
 			default:
 			}
 		})
-		dc.OnMessage(c.onReliable)
-		dc.OnClose(func() { c.end(fmt.Errorf("%w: reliable channel closed", ErrClosed)) })
+		dc.OnClose(func() { c.endWith(fmt.Errorf("%w: reliable channel closed", ErrClosed)) })
 		dc.OnOpen(func() {
+			raw, err := dc.DetachWithDeadline()
+			if err != nil {
+				c.endWith(fmt.Errorf("%w: detach: %w", ErrClosed, err))
+				return
+			}
 			c.relOnce.Do(func() {
-				c.rel = dc
+				c.rel, c.relRaw = dc, raw
 				close(c.relOpen)
 			})
 		})
 	case LabelUnreliable:
-		dc.OnMessage(c.onUnreliable)
+		dc.SetBufferedAmountLowThreshold(c.w.cfg.UnreliableHighWater)
+		dc.OnBufferedAmountLow(func() { c.sendParked(dc) })
 		dc.OnOpen(func() {
+			raw, err := dc.DetachWithDeadline()
+			if err != nil {
+				return // the reliable lane carries on alone
+			}
 			c.unrelOnce.Do(func() {
+				if !c.startReceiver(raw) {
+					_ = raw.Close()
+					return
+				}
 				c.unrel.Store(dc)
 				close(c.unrelOpen)
 			})
@@ -344,41 +477,98 @@ func (c *rtcConn) onDataChannel(dc *webrtc.DataChannel) {
 	}
 }
 
-func (c *rtcConn) onReliable(m webrtc.DataChannelMessage) {
-	if len(m.Data) > codec.MaxMessageSize {
-		// pion closes the connection in run: closing it from its own
-		// callback would wait on this goroutine.
-		c.end(fmt.Errorf("%w: %d bytes", ErrMessageTooLarge, len(m.Data)))
-		return
+// startReceiver runs the unreliable channel's receiver unless the peer is
+// being torn down.
+func (c *rtcConn) startReceiver(raw datachannel.ReadWriteCloser) bool {
+	c.rxMu.Lock()
+	defer c.rxMu.Unlock()
+	if c.rxDone {
+		return false
 	}
-	c.w.km.msg(Reliable, dirIn, len(m.Data))
-	// m.Data is a fresh slice per message (pion copies out of its buffer).
-	select {
-	case c.reliable <- m.Data: // blocking pushes back on the peer via SCTP
-	case <-c.done:
+	c.rxWG.Go(func() { c.receive(raw) })
+	return true
+}
+
+// receive reads the unreliable channel until it closes, parking each
+// message for Read (dropping the oldest when Read is behind).
+func (c *rtcConn) receive(raw datachannel.ReadWriteCloser) {
+	small := make([]byte, rtcReadBuffer)
+	var mid []byte
+	buf := small
+	for {
+		n, _, err := raw.ReadDataChannel(buf)
+		if errors.Is(err, io.ErrShortBuffer) {
+			// The message stays queued in SCTP: read it again into a
+			// larger buffer (kept), then one of the largest allowed size.
+			switch {
+			case len(buf) < rtcMidBuffer:
+				if mid == nil {
+					mid = make([]byte, rtcMidBuffer)
+				}
+				buf = mid
+				continue
+			case len(buf) < codec.MaxMessageSize:
+				buf = make([]byte, codec.MaxMessageSize)
+				continue
+			}
+			c.refuseTooLarge()
+			return
+		}
+		if err != nil {
+			return // the channel or the peer closed
+		}
+		c.w.km.msg(Unreliable, dirIn, n)
+		if c.in.push(buf[:n]) {
+			c.w.km.drop(dropRecvQueueFull)
+		}
+		buf = small
+		c.wake()
 	}
 }
 
-func (c *rtcConn) onUnreliable(m webrtc.DataChannelMessage) {
-	if len(m.Data) > codec.MaxMessageSize {
-		c.end(fmt.Errorf("%w: %d bytes", ErrMessageTooLarge, len(m.Data)))
-		return
-	}
-	c.w.km.msg(Unreliable, dirIn, len(m.Data))
+// wake interrupts a Read blocked on the reliable channel: Read clears the
+// deadline, then looks at the unreliable queue, ctx and the Conn's end, so
+// a wake is never lost.
+func (c *rtcConn) wake() {
 	select {
-	case c.unreliable <- m.Data:
-	default:
-		c.w.km.drop(dropRecvQueueFull)
+	case <-c.relOpen:
+		_ = c.relRaw.SetReadDeadline(time.Now())
+	default: // no Read runs before the reliable channel is open
 	}
+}
+
+// refuseTooLarge answers a message over MaxMessageSize with the typed
+// frame_too_large Error on the reliable channel, then ends the Conn (run
+// gives the Error time to leave before it closes the peer). Data channels
+// have no close code, so the Error is what the client sees, where the
+// other transports send close code 4001.
+func (c *rtcConn) refuseTooLarge() {
+	c.tooLarge.Do(func() {
+		select {
+		case <-c.relOpen:
+			env := &codec.ServerEnvelope{Msg: &codec.ServerEnvelope_Error{Error: &codec.Error{
+				Code: string(codec.CodeFrameTooLarge), Message: fmt.Sprintf("message over %d bytes", codec.MaxMessageSize)}}}
+			if b, err := codec.EncodeServer(nil, env, false); err == nil {
+				_ = c.rel.Send(b)
+			}
+		default:
+		}
+		c.endWith(fmt.Errorf("%w: over %d bytes", ErrMessageTooLarge, codec.MaxMessageSize))
+	})
 }
 
 // run owns the peer: it waits for the reliable channel (or tears the peer
-// down after ConnectTimeout), runs the Handler, and closes the peer
-// connection once the Conn has ended.
+// down after ConnectTimeout), runs the Handler on this goroutine, and
+// closes the peer connection after it.
 func (c *rtcConn) run() {
 	w := c.w
 	defer func() {
-		_ = c.pc.Close()
+		c.cancel()
+		c.rxMu.Lock()
+		c.rxDone = true
+		c.rxMu.Unlock()
+		_ = c.pc.Close() // ends the receiver's read
+		c.rxWG.Wait()
 		w.mu.Lock()
 		delete(w.peers, c)
 		w.mu.Unlock()
@@ -389,9 +579,7 @@ func (c *rtcConn) run() {
 	donePending := func() {
 		if pending {
 			pending = false
-			w.mu.Lock()
-			w.pending--
-			w.mu.Unlock()
+			w.releasePending(c.network)
 		}
 	}
 	defer donePending()
@@ -399,13 +587,13 @@ func (c *rtcConn) run() {
 	case <-c.relOpen:
 	case <-timer.C:
 		w.km.handshakeFailure(hsTimeout)
-		c.end(ErrHandshakeTimeout)
+		c.endWith(ErrHandshakeTimeout)
 		return
 	case <-c.done:
 		w.km.handshakeFailure(hsFailed)
 		return
 	case <-w.baseCtx.Done():
-		c.end(ErrShuttingDown)
+		c.endWith(ErrShuttingDown)
 		return
 	}
 	donePending()
@@ -424,24 +612,12 @@ func (c *rtcConn) run() {
 	w.km.open()
 	defer w.km.closed()
 
-	ctx, cancel := context.WithCancel(w.baseCtx)
-	defer cancel()
-	hdone := make(chan struct{})
-	w.wg.Add(1) // run itself is counted, so the group cannot be at zero
-	go func() {
-		defer w.wg.Done()
-		defer close(hdone)
-		w.h(ctx, c)
-		_ = c.Close(0, "")
-	}()
-	<-c.done
+	w.h(c.ctx, c)
+	_ = c.Close(0, "")
 	if errors.Is(c.reason(), ErrMessageTooLarge) {
 		w.log.Debug("webrtc peer sent an oversized message", "remote", c.remote)
 	}
-	cancel()
 	c.flushReliable(rtcCloseFlush)
-	_ = c.pc.Close()
-	<-hdone
 }
 
 // rtcCloseFlush bounds how long a closing connection waits for its reliable
@@ -475,9 +651,65 @@ func (c *rtcConn) RemoteAddr() net.Addr  { return c.remote }
 func (c *rtcConn) HasUnreliable() bool   { return c.unrel.Load() != nil }
 func (c *rtcConn) Done() <-chan struct{} { return c.done }
 
-// Read returns the next message from either lane, queued messages first.
+// Read returns the next message: a parked unreliable message first, else
+// the next message of the reliable channel, read here.
 func (c *rtcConn) Read(ctx context.Context) (Message, error) {
-	return readLanes(ctx, c.reliable, c.unreliable, c.done, c.reason)
+	if ctx != c.readCtx {
+		if c.stopCtx != nil {
+			c.stopCtx()
+		}
+		c.readCtx = ctx
+		c.stopCtx = context.AfterFunc(ctx, c.wake)
+	}
+	c.big = nil
+	for {
+		select {
+		case <-c.done:
+			return Message{}, c.reason()
+		default:
+		}
+		if cap(c.dg) > latestKeep {
+			c.dg = nil
+		}
+		if dg, ok := c.in.pop(c.dg); ok {
+			c.dg = dg
+			return Message{Lane: Unreliable, Data: dg}, nil
+		}
+		buf := c.rbuf
+		n, _, err := c.relRaw.ReadDataChannel(buf)
+		if errors.Is(err, io.ErrShortBuffer) {
+			// The message stays queued in SCTP: read it again into a
+			// larger buffer, then one of the largest allowed size; if
+			// even that is short, the message is over the limit.
+			if c.mid == nil {
+				c.mid = make([]byte, rtcMidBuffer)
+			}
+			buf = c.mid
+			n, _, err = c.relRaw.ReadDataChannel(buf)
+		}
+		if errors.Is(err, io.ErrShortBuffer) {
+			c.big = make([]byte, codec.MaxMessageSize)
+			buf = c.big
+			n, _, err = c.relRaw.ReadDataChannel(buf)
+			if errors.Is(err, io.ErrShortBuffer) {
+				c.refuseTooLarge()
+				return Message{}, c.reason()
+			}
+		}
+		switch {
+		case err == nil:
+			c.w.km.msg(Reliable, dirIn, n)
+			return Message{Lane: Reliable, Data: buf[:n]}, nil
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			_ = c.relRaw.SetReadDeadline(time.Time{})
+			if ctx.Err() != nil {
+				return Message{}, fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
+			}
+		default:
+			c.endWith(fmt.Errorf("%w: reliable channel: %w", ErrClosed, err))
+			return Message{}, c.reason()
+		}
+	}
 }
 
 // WriteReliable waits while the channel has more than ReliableHighWater
@@ -499,15 +731,21 @@ func (c *rtcConn) WriteReliable(ctx context.Context, msg []byte) error {
 	default:
 	}
 	if err := dc.Send(msg); err != nil { // pion copies msg into SCTP chunks
-		c.end(fmt.Errorf("%w: %w", ErrClosed, err))
+		c.endWith(fmt.Errorf("%w: %w", ErrClosed, err))
 		return c.reason()
 	}
 	c.w.km.msg(Reliable, dirOut, len(msg))
 	return nil
 }
 
-// WriteUnreliable sends unless the unreliable channel already has more than
-// UnreliableHighWater buffered.
+// Flush is a no-op: WriteReliable hands each message to SCTP, whose own
+// send loop bundles queued chunks into packets.
+func (c *rtcConn) Flush(context.Context) error { return nil }
+
+// WriteUnreliable sends at once while the unreliable channel has at most
+// UnreliableHighWater buffered; above it the message is parked (one deep,
+// latest wins: a newer message drops the parked one) and sent when the
+// channel drains.
 func (c *rtcConn) WriteUnreliable(msg []byte) error {
 	select {
 	case <-c.done:
@@ -519,12 +757,38 @@ func (c *rtcConn) WriteUnreliable(msg []byte) error {
 		c.w.km.drop(dropNotOpen)
 		return ErrNoUnreliableLane
 	}
-	if dc.BufferedAmount() > c.w.cfg.UnreliableHighWater {
-		c.w.km.drop(dropSendQueueFull)
-		return ErrDropped
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if c.park.len() == 0 && dc.BufferedAmount() <= c.w.cfg.UnreliableHighWater {
+		return c.sendLocked(dc, msg)
 	}
-	if err := dc.Send(msg); err != nil {
+	if c.park.push(msg) {
 		c.w.km.drop(dropSendQueueFull)
+	}
+	// The channel may have drained since it was looked at, and then no
+	// low-water event comes: send now if it has.
+	c.drainLocked(dc)
+	return nil
+}
+
+// sendParked runs on pion's goroutine when the unreliable channel drains
+// below UnreliableHighWater.
+func (c *rtcConn) sendParked(dc *webrtc.DataChannel) {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	c.drainLocked(dc)
+}
+
+func (c *rtcConn) drainLocked(dc *webrtc.DataChannel) {
+	for c.park.len() > 0 && dc.BufferedAmount() <= c.w.cfg.UnreliableHighWater {
+		c.pbuf, _ = c.park.pop(c.pbuf)
+		_ = c.sendLocked(dc, c.pbuf)
+	}
+}
+
+func (c *rtcConn) sendLocked(dc *webrtc.DataChannel, msg []byte) error {
+	if err := dc.Send(msg); err != nil {
+		c.w.km.drop(dropSendFailed)
 		return fmt.Errorf("%w: %w", ErrDropped, err)
 	}
 	c.w.km.msg(Unreliable, dirOut, len(msg))
@@ -534,9 +798,6 @@ func (c *rtcConn) WriteUnreliable(msg []byte) error {
 // Close ends the connection; run then closes the peer connection (never
 // from here: Close may be called from a pion callback).
 func (c *rtcConn) Close(code uint32, reason string) error {
-	c.end(fmt.Errorf("%w: closed by edge with code %d", ErrClosed, code))
+	c.endWith(fmt.Errorf("%w: closed by edge with code %d", ErrClosed, code))
 	return nil
 }
-
-// Flush is a no-op: WriteReliable sends each message at once.
-func (c *rtcConn) Flush(context.Context) error { return nil }

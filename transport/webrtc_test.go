@@ -1,24 +1,28 @@
 package transport
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pion/webrtc/v4"
 
+	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/iceport"
 )
 
-func startRTC(t *testing.T, cfg WebRTCConfig, h Handler) (*WebRTC, *Metrics, string) {
+func startRTC(t testing.TB, cfg WebRTCConfig, h Handler) (*WebRTC, *Metrics, string) {
 	t.Helper()
 	port, err := iceport.Listen(iceport.Config{Listen: "127.0.0.1:0"})
 	if err != nil {
@@ -49,7 +53,7 @@ type rtcClient struct {
 	relUp, unrlUp chan struct{}
 }
 
-func newRTCClient(t *testing.T) *rtcClient {
+func newRTCClient(t testing.TB) *rtcClient {
 	t.Helper()
 	var se webrtc.SettingEngine
 	se.SetIncludeLoopbackCandidate(true)
@@ -81,7 +85,7 @@ func newRTCClient(t *testing.T) *rtcClient {
 }
 
 // offer returns the complete (gathered) offer SDP.
-func (c *rtcClient) offer(t *testing.T) string {
+func (c *rtcClient) offer(t testing.TB) string {
 	t.Helper()
 	o, err := c.pc.CreateOffer(nil)
 	if err != nil {
@@ -95,7 +99,7 @@ func (c *rtcClient) offer(t *testing.T) string {
 	return c.pc.LocalDescription().SDP
 }
 
-func postOffer(t *testing.T, url, contentType, body string) (*http.Response, string) {
+func postOffer(t testing.TB, url, contentType, body string) (*http.Response, string) {
 	t.Helper()
 	resp, err := http.Post(url+PathWebRTC, contentType, strings.NewReader(body))
 	if err != nil {
@@ -106,7 +110,7 @@ func postOffer(t *testing.T, url, contentType, body string) (*http.Response, str
 	return resp, string(b)
 }
 
-func (c *rtcClient) connect(t *testing.T, url, contentType string) {
+func (c *rtcClient) connect(t testing.TB, url, contentType string) {
 	t.Helper()
 	body := c.offer(t)
 	if contentType == "application/json" {
@@ -345,5 +349,216 @@ func TestWebRTCMaxPending(t *testing.T) {
 	}
 	if got := counter(m, "handshake", "webrtc", hsBusy); got != 1 {
 		t.Errorf("busy failures = %v", got)
+	}
+}
+
+// startRTCServer is startRTC that also hands back the HTTP server, so a
+// test can watch its connections.
+func startRTCServer(t *testing.T, cfg WebRTCConfig, h Handler, connState func(net.Conn, http.ConnState)) (*WebRTC, *Metrics, string) {
+	t.Helper()
+	port, err := iceport.Listen(iceport.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := testMetrics()
+	w, err := NewWebRTC(cfg, port, h, nil, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(w)
+	srv.Config.ConnState = connState
+	srv.Start()
+	t.Cleanup(func() {
+		if err := w.Shutdown(shutdownCtx(t)); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		srv.Close()
+		port.Close()
+	})
+	return w, m, srv.URL
+}
+
+// stallOffers opens n connections that each send an offer's headers and
+// one byte of an 8,000-byte body, then nothing, and waits until the
+// server has read every request's headers.
+func stallOffers(t *testing.T, addr string, n int, active *atomic.Int64) []net.Conn {
+	t.Helper()
+	conns := make([]net.Conn, 0, n)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		req := "POST " + PathWebRTC + " HTTP/1.1\r\nHost: edge\r\nContent-Type: application/sdp\r\nContent-Length: 8000\r\n\r\nv"
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every stalled request to reach its handler", func() bool { return active.Load() >= int64(n) })
+	return conns
+}
+
+func countActive(active *atomic.Int64) func(net.Conn, http.ConnState) {
+	return func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateActive:
+			active.Add(1)
+		case http.StateIdle, http.StateHijacked, http.StateClosed:
+			// Only the stalled requests matter here; they never leave
+			// StateActive while the test waits.
+		}
+	}
+}
+
+// 256 offers whose bodies stall hold no handshake slot: a real client
+// still connects, and the stalled requests are answered 408 once
+// OfferReadTimeout passes.
+func TestWebRTCStalledBodiesHoldNoSlot(t *testing.T) {
+	leakCheck(t)
+	var active atomic.Int64
+	_, _, url := startRTCServer(t, DefaultWebRTCConfig(), echo, countActive(&active))
+	stallOffers(t, strings.TrimPrefix(url, "http://"), DefaultWebRTCConfig().MaxPending, &active)
+	c := newRTCClient(t)
+	c.connect(t, url, "application/sdp") // fails on 503 busy
+	if err := c.rel.Send([]byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-c.relIn; string(got) != "hi" {
+		t.Fatalf("echo %q", got)
+	}
+}
+
+func TestWebRTCOfferReadTimeout(t *testing.T) {
+	leakCheck(t)
+	cfg := DefaultWebRTCConfig()
+	cfg.OfferReadTimeout = 200 * time.Millisecond
+	var active atomic.Int64
+	_, m, url := startRTCServer(t, cfg, echo, countActive(&active))
+	conn := stallOffers(t, strings.TrimPrefix(url, "http://"), 1, &active)[0]
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e httpError
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusRequestTimeout || e.Code != "offer_timeout" {
+		t.Fatalf("stalled offer answered %d %+v, want 408 offer_timeout", resp.StatusCode, e)
+	}
+	if got := counter(m, "handshake", "webrtc", hsTimeout); got != 1 {
+		t.Errorf("timeout failures = %v", got)
+	}
+}
+
+// clientFrom is an HTTP client whose connections come from local address
+// ip (any 127.0.0.0/8 address works on loopback), so a test can speak for
+// another network.
+func clientFrom(t *testing.T, ip string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	tr := &http.Transport{DialContext: d.DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// 260 quick, complete offers from one network that never connect take at
+// most MaxPendingPerNetwork slots: a client from another network still
+// connects at once.
+func TestWebRTCOneNetworkCannotTakeEverySlot(t *testing.T) {
+	leakCheck(t)
+	w, m, url := startRTC(t, DefaultWebRTCConfig(), echo)
+	offer := newRTCClient(t).offer(t)
+	answered := 0
+	for range 260 {
+		resp, _ := postOffer(t, url, "application/sdp", offer)
+		if resp.StatusCode == http.StatusCreated {
+			answered++
+		}
+	}
+	if answered > DefaultWebRTCConfig().MaxPendingPerNetwork {
+		t.Errorf("%d offers from one network answered, want at most %d", answered, DefaultWebRTCConfig().MaxPendingPerNetwork)
+	}
+	if got := counter(m, "handshake", "webrtc", hsBusy); got == 0 {
+		t.Error("no offer was refused busy")
+	}
+
+	// Another /24 on loopback.
+	c := newRTCClient(t)
+	body := c.offer(t)
+	resp, err := clientFrom(t, "127.0.1.1").Post(url+PathWebRTC, "application/sdp", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("offer from another network: %d %s", resp.StatusCode, answer)
+	}
+	if err := c.pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: string(answer)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.relUp:
+	case <-time.After(15 * time.Second):
+		t.Fatal("reliable channel never opened")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := w.pendingNet[networkOf("127.0.0.1:1")]; n != answered {
+		t.Errorf("pending for 127.0.0.0/24 = %d, want %d", n, answered)
+	}
+}
+
+// A message over MaxMessageSize gets the typed frame_too_large Error on the
+// reliable channel before the peer is closed, as the other transports'
+// close code 4001 says it.
+func TestWebRTCOversizeGetsTypedError(t *testing.T) {
+	leakCheck(t)
+	errs := make(chan error, 1)
+	_, _, url := startRTC(t, DefaultWebRTCConfig(), recordingEcho(errs))
+	c := newRTCClient(t)
+	closed := make(chan struct{})
+	c.rel.OnClose(func() { close(closed) })
+	c.connect(t, url, "application/sdp")
+	// At the limit is fine.
+	ok := bytes.Repeat([]byte{1}, codec.MaxMessageSize)
+	if err := c.rel.Send(ok); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-c.relIn; len(got) != len(ok) {
+		t.Fatalf("max-size echo: %d bytes", len(got))
+	}
+	if err := c.rel.Send(append(ok, 1)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-c.relIn:
+		var env codec.ServerEnvelope
+		if err := codec.DecodeServer(got, false, &env); err != nil {
+			t.Fatalf("after the oversized message: %q does not decode: %v", got, err)
+		}
+		if e := env.GetError(); e.GetCode() != string(codec.CodeFrameTooLarge) {
+			t.Fatalf("after the oversized message: %v, want a frame_too_large Error", &env)
+		}
+	case <-closed:
+		t.Fatal("the channel closed without a frame_too_large Error")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer to the oversized message")
+	}
+	if err := <-errs; !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatalf("server Read = %v, want ErrMessageTooLarge", err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the channel stayed open after the Error")
 	}
 }

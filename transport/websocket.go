@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,10 +20,20 @@ import (
 )
 
 // WebSocket serves the WebSocket transport (one reliable lane) at
-// PathWebSocket. Each connection's Handler runs on one goroutine the
-// transport owns, so an idle session costs that goroutine, the socket and a
-// ReadBufferSize buffer: write buffers are pooled and keepalive pings come
-// from a timer, not a goroutine.
+// PathWebSocket. gorilla performs the HTTP upgrade; after the 101 response
+// this package frames the connection itself (wsframe.go), so that:
+//
+//   - the reader (the Handler's Read calls) parses frames out of one
+//     ReadBufferSize buffer the connection keeps, and returns a message that
+//     fits it without copying (valid until the next Read);
+//   - the writer (the Handler's WriteReliable and Flush calls) appends frames
+//     to a buffer from a shared free list that leaves in one write per
+//     Flush, and an idle connection holds no write buffer;
+//   - keepalive pings come from the reader's read deadline, not a timer or a
+//     goroutine.
+//
+// Each connection's Handler runs on one goroutine the transport starts; the
+// transport runs no other goroutine per connection.
 type WebSocket struct {
 	cfg      WebSocketConfig    // immutable after New
 	h        Handler            // immutable after New
@@ -31,6 +41,7 @@ type WebSocket struct {
 	km       *kindMetrics       // immutable after New
 	upgrader websocket.Upgrader // immutable after New
 	allowed  Origins            // immutable after New
+	wbufs    *bufList           // write buffers, shared by every connection
 
 	baseCtx    context.Context // cancelled by Shutdown to end Handlers
 	cancelBase context.CancelFunc
@@ -60,14 +71,17 @@ func NewWebSocket(cfg WebSocketConfig, h Handler, logger *slog.Logger, m *Metric
 		allowed: NewOrigins(cfg.AllowedOrigins),
 		conns:   make(map[*wsConn]struct{}),
 	}
+	s.wbufs = newBufList(cfg.WriteBufferSize)
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: cfg.HandshakeTimeout,
-		ReadBufferSize:   cfg.ReadBufferSize,
-		WriteBufferSize:  cfg.WriteBufferSize,
-		WriteBufferPool:  &bufPool{},
-		Subprotocols:     []string{SubprotocolProto, SubprotocolJSON},
-		CheckOrigin:      s.checkOrigin,
+		// gorilla never reads or writes frames here (this package does), so
+		// it gets no buffers of its own: 0 reuses net/http's hijacked
+		// reader, and a write pool is only drawn from by gorilla's writes.
+		ReadBufferSize:  0,
+		WriteBufferPool: &bufPool{},
+		Subprotocols:    []string{SubprotocolProto, SubprotocolJSON},
+		CheckOrigin:     s.checkOrigin,
 	}
 	return s, nil
 }
@@ -112,16 +126,18 @@ func (s *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.Debug("websocket upgrade failed", "err", err, "remote", r.RemoteAddr)
 		return
 	}
-	// The session runs on its own goroutine so this one returns and
-	// net/http drops its per-connection state (two 4 KiB bufio buffers and
-	// a deep stack) that would otherwise live as long as the session.
-	go s.serveConn(ws)
+	// gorilla's Conn is dropped here: only its net.Conn and the chosen
+	// subprotocol are kept. The session runs on its own goroutine so this
+	// one returns and net/http drops its per-connection state (two 4 KiB
+	// bufio buffers and a deep stack) that would otherwise live as long as
+	// the session.
+	go s.serveConn(ws.NetConn(), ws.Subprotocol())
 }
 
 // serveConn runs one connection's Handler and then closes it.
-func (s *WebSocket) serveConn(ws *websocket.Conn) {
+func (s *WebSocket) serveConn(nc net.Conn, subprotocol string) {
 	defer s.handlers.Done()
-	c := newWSConn(s, ws)
+	c := newWSConn(s, nc, subprotocol)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -133,10 +149,11 @@ func (s *WebSocket) serveConn(ws *websocket.Conn) {
 	s.mu.Unlock()
 	s.km.open()
 
-	ctx, cancel := context.WithCancel(s.baseCtx)
-	s.h(ctx, c)
-	cancel()
-	c.Close(websocket.CloseNormalClosure, "")
+	// The Handler gets the transport's own context, not one of its own:
+	// nothing but Shutdown cancels a connection's context, and an idle
+	// connection is the cheaper by it.
+	s.h(s.baseCtx, c)
+	c.Close(wsCloseNormal, "")
 	c.finish()
 
 	s.mu.Lock()
@@ -170,70 +187,81 @@ func (s *WebSocket) Shutdown(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// closeGrace bounds how long a closing connection waits for the peer's
-// close frame before the socket is torn down.
-const closeGrace = 2 * time.Second
+const (
+	// closeGrace bounds how long a closing connection waits for the peer's
+	// close frame before the socket is torn down.
+	closeGrace = 2 * time.Second
+	// closeWriteTimeout bounds writing the close frame (and a write in
+	// progress that it has to wait behind).
+	closeWriteTimeout = time.Second
+	// wsMaxBatch is the most the writer buffers before writing through
+	// (one write per Flush below it).
+	wsMaxBatch = 64 << 10
+	// wsKeepMsg: an assembled message buffer above this size is not kept
+	// for the next message, so one large message does not pin its size to
+	// an otherwise idle connection.
+	wsKeepMsg = 4 << 10
+)
 
 // wsConn is one WebSocket connection.
 type wsConn struct {
-	s   *WebSocket      // immutable
-	ws  *websocket.Conn // reads owned by the Read caller; writes by the WriteReliable caller
-	enc Encoding        // immutable
-	mt  int             // message type written; immutable
+	s   *WebSocket // immutable
+	nc  net.Conn   // immutable: the upgraded connection, framed here
+	enc Encoding   // immutable
+	op  byte       // immutable: opcode of written messages (binary, or text for egbe.v1.json)
 
 	ending
-	closed     atomic.Bool     // Close has sent (or tried to send) a close frame
-	peerGone   atomic.Bool     // the socket failed or the peer closed: nothing to drain
-	pinger     *time.Timer     // keepalive; stopped in finish
+	closed   atomic.Bool // a close frame was sent (or is being sent): no data frame follows
+	peerGone atomic.Bool // the socket failed or the close handshake completed: nothing to drain
+
+	// Read side, owned by the Read caller.
+	rbuf       []byte   // ReadBufferSize bytes for the connection's life
+	rpos, rend int      // unread bytes are rbuf[rpos:rend]
+	hdr        wsHeader // the frame being read, while inFrame
+	inFrame    bool
+	left       int64  // payload bytes of hdr not yet read
+	maskPos    int    // masking key position reached in hdr's payload
+	msgOp      byte   // opcode of the message being assembled into msg; 0: none
+	msg        []byte // a message that is fragmented or larger than rbuf
+	heard      bool   // bytes arrived since the read deadline was last armed
+	pinged     bool   // a keepalive ping is out, not yet answered by any byte
+
+	deadlineMu sync.Mutex      // orders read-deadline changes (Read, ctx hooks, Close)
 	readCtx    context.Context // guarded by deadlineMu; written only by Read
-	deadlineMu sync.Mutex      // orders readCtx changes against its cancellation hook
 	stopCtx    func() bool     // owned by Read: unhooks readCtx's cancellation
-	scratch    []byte          // owned by Read
+
+	// Write side. The session writer (WriteReliable, Flush), the reader
+	// (pong replies, keepalive pings) and Close take wmu to write.
+	wmu      sync.Mutex
+	wbuf     *[]byte   // guarded by wmu: from s.wbufs; nil while nothing is buffered
+	wdl      time.Time // guarded by wmu: the write deadline set on nc
+	werr     error     // guarded by wmu: the first write error; nothing more is written
+	batching bool      // guarded by wmu: Flush was called, so WriteReliable only buffers
 }
 
 var _ Conn = (*wsConn)(nil)
 
-func newWSConn(s *WebSocket, ws *websocket.Conn) *wsConn {
-	c := &wsConn{s: s, ws: ws, ending: newEnding(), enc: EncodingProto, mt: websocket.BinaryMessage}
-	if ws.Subprotocol() == SubprotocolJSON {
-		c.enc, c.mt = EncodingJSON, websocket.TextMessage
+func newWSConn(s *WebSocket, nc net.Conn, subprotocol string) *wsConn {
+	c := &wsConn{s: s, nc: nc, ending: newEnding(), enc: EncodingProto, op: wsOpBinary,
+		rbuf: make([]byte, s.cfg.ReadBufferSize)}
+	if subprotocol == SubprotocolJSON {
+		c.enc, c.op = EncodingJSON, wsOpText
 	}
-	deadline := s.cfg.PingInterval + s.cfg.PongWait
-	_ = ws.SetReadDeadline(time.Now().Add(deadline))
-	ws.SetPongHandler(func(string) error {
-		if c.closed.Load() {
-			return nil // keep the close grace deadline
-		}
-		return ws.SetReadDeadline(time.Now().Add(deadline))
-	})
-	c.pinger = time.AfterFunc(s.cfg.PingInterval, c.ping)
+	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.PingInterval))
 	return c
 }
 
-func (c *wsConn) ping() {
-	if c.closed.Load() {
-		return
-	}
-	// WriteControl may run concurrently with the writer (gorilla allows it).
-	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.s.cfg.WriteTimeout)); err != nil {
-		return // the reader will see the broken socket
-	}
-	c.pinger.Reset(c.s.cfg.PingInterval)
-}
-
-func (c *wsConn) Kind() Kind           { return KindWebSocket }
-func (c *wsConn) Encoding() Encoding   { return c.enc }
-func (c *wsConn) RemoteAddr() net.Addr { return c.ws.RemoteAddr() }
-func (c *wsConn) HasUnreliable() bool  { return false }
-func (c *wsConn) Done() <-chan struct{} {
-	return c.done
-}
+func (c *wsConn) Kind() Kind            { return KindWebSocket }
+func (c *wsConn) Encoding() Encoding    { return c.enc }
+func (c *wsConn) RemoteAddr() net.Addr  { return c.nc.RemoteAddr() }
+func (c *wsConn) HasUnreliable() bool   { return false }
+func (c *wsConn) Done() <-chan struct{} { return c.done }
 
 func (c *wsConn) WriteUnreliable([]byte) error { return ErrNoUnreliableLane }
 
-// Read returns the next message. Oversized messages are refused by reading
-// at most MaxMessageSize+1 bytes (gorilla's own read limit would answer
-// 1009 before the edge could send its typed close code).
+// Read returns the next message. A message larger than MaxMessageSize is
+// refused from its frame header, before its payload is read, with close
+// code 4001 (frame_too_large).
 func (c *wsConn) Read(ctx context.Context) (Message, error) {
 	select {
 	case <-c.done:
@@ -241,97 +269,369 @@ func (c *wsConn) Read(ctx context.Context) (Message, error) {
 	default:
 	}
 	if ctx != c.readCtx {
-		// One cancellation hook per distinct ctx, not per message: the
-		// session reader normally passes the same ctx every time. The hook
-		// only acts while its ctx is still the current one, so an earlier
-		// ctx that ends between reads (a handshake timeout cancelled after
-		// the hello arrived) cannot poison this reader's deadline.
-		if c.stopCtx != nil {
-			c.stopCtx()
-		}
-		c.deadlineMu.Lock()
-		c.readCtx = ctx
-		if !c.closed.Load() {
-			_ = c.ws.NetConn().SetReadDeadline(time.Now().Add(c.s.cfg.PingInterval + c.s.cfg.PongWait))
-		}
-		c.deadlineMu.Unlock()
-		c.stopCtx = context.AfterFunc(ctx, func() {
-			c.deadlineMu.Lock()
-			defer c.deadlineMu.Unlock()
-			if c.readCtx == ctx {
-				_ = c.ws.NetConn().SetReadDeadline(time.Unix(1, 0))
-			}
-		})
+		c.watchCtx(ctx)
 	}
-	_, r, err := c.ws.NextReader()
-	if err != nil {
-		if ctx.Err() != nil {
-			// The reader gave up, not the connection: the writer may still
-			// have a final message (the Error saying why) to send before
-			// Close. The socket cannot be read again (gorilla keeps the
-			// error), which is fine: the caller is ending the session.
-			return Message{}, fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
-		}
-		c.peerGone.Store(true)
-		c.end(fmt.Errorf("%w: %w", ErrClosed, err))
-		return Message{}, c.reason()
+	m, err := c.next(ctx)
+	if err == nil {
+		c.s.km.msg(Reliable, dirIn, len(m.Data))
+		return m, nil
 	}
-	data, err := c.readAll(r)
-	if errors.Is(err, ErrMessageTooLarge) {
+	var pe *wsProtoError
+	switch {
+	case errors.Is(err, errReadCancelled):
+		// The reader gave up, not the connection: the writer may still
+		// have a final message (the Error saying why) to send before Close,
+		// and a later Read with a live context resumes where this one
+		// stopped.
+		return Message{}, fmt.Errorf("%w: %w", ErrClosed, ctx.Err())
+	case errors.Is(err, ErrMessageTooLarge):
 		// The transport answers this itself so the client always sees the
 		// typed code, whatever the session does with the error.
 		c.end(err)
 		_ = c.Close(codec.CodeFrameTooLarge.CloseCode(), "message too large")
 		return Message{}, err
-	}
-	if err != nil {
+	case errors.As(err, &pe):
 		c.end(fmt.Errorf("%w: %w", ErrClosed, err))
-		return Message{}, c.reason()
+		_ = c.Close(uint32(pe.code), "protocol error")
+	default:
+		c.peerGone.Store(true)
+		c.end(fmt.Errorf("%w: %w", ErrClosed, err))
 	}
-	c.s.km.msg(Reliable, dirIn, len(data))
-	return Message{Lane: Reliable, Data: data}, nil
+	return Message{}, c.reason()
 }
 
-// readAll reads one message into scratch and returns an exact-size copy the
-// receiver owns, refusing anything over MaxMessageSize.
-func (c *wsConn) readAll(r io.Reader) ([]byte, error) {
-	buf := c.scratch[:0]
+// watchCtx makes ctx's cancellation interrupt Read. One hook per distinct
+// ctx, not per message: the session reader normally passes the same ctx
+// every time. The hook only acts while its ctx is still the current one,
+// so an earlier ctx that ends between reads (a handshake timeout cancelled
+// after the hello arrived) cannot poison this reader's deadline.
+func (c *wsConn) watchCtx(ctx context.Context) {
+	if c.stopCtx != nil {
+		c.stopCtx()
+	}
+	c.deadlineMu.Lock()
+	c.readCtx = ctx
+	if !c.closed.Load() {
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.PingInterval))
+		c.heard, c.pinged = false, false
+	}
+	c.deadlineMu.Unlock()
+	c.stopCtx = context.AfterFunc(ctx, func() {
+		c.deadlineMu.Lock()
+		defer c.deadlineMu.Unlock()
+		if c.readCtx == ctx {
+			_ = c.nc.SetReadDeadline(time.Unix(1, 0))
+		}
+	})
+}
+
+// next reads frames until a whole data message is in, answering control
+// frames on the way.
+func (c *wsConn) next(ctx context.Context) (Message, error) {
 	for {
-		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, max(512, cap(buf)))
+		if !c.inFrame {
+			if err := c.nextHeader(ctx); err != nil {
+				return Message{}, err
+			}
 		}
-		// Never read more than MaxMessageSize+1 in total.
-		limit := min(cap(buf), codec.MaxMessageSize+1)
-		n, err := r.Read(buf[len(buf):limit])
-		buf = buf[:len(buf)+n]
-		if len(buf) > codec.MaxMessageSize {
-			c.keepScratch(buf)
-			return nil, fmt.Errorf("%w: over %d bytes", ErrMessageTooLarge, codec.MaxMessageSize)
+		h := &c.hdr
+		if h.op >= wsOpClose {
+			// A control frame (at most 125 bytes) is handled whole, even
+			// between the fragments of a message.
+			n := int(h.length)
+			if err := c.fill(ctx, n); err != nil {
+				return Message{}, err
+			}
+			p := c.rbuf[c.rpos : c.rpos+n]
+			wsUnmask(h.mask, 0, p)
+			c.rpos += n
+			c.inFrame = false
+			if err := c.control(h.op, p); err != nil {
+				return Message{}, err
+			}
+			continue
 		}
-		if err == io.EOF {
-			c.keepScratch(buf)
-			out := make([]byte, len(buf))
-			copy(out, buf)
-			return out, nil
+		if h.op != wsOpContinuation {
+			if h.fin && h.length <= int64(len(c.rbuf)) {
+				// The common case: a whole message in one frame that fits
+				// the read buffer is unmasked in place and returned from it.
+				n := int(h.length)
+				if err := c.fill(ctx, n); err != nil {
+					return Message{}, err
+				}
+				p := c.rbuf[c.rpos : c.rpos+n]
+				wsUnmask(h.mask, 0, p)
+				c.rpos += n
+				c.inFrame = false
+				return Message{Lane: Reliable, Data: p}, nil
+			}
+			c.msgOp = h.op
+			if cap(c.msg) > wsKeepMsg {
+				c.msg = nil
+			}
+			c.msg = c.msg[:0]
 		}
+		if err := c.readPayload(ctx); err != nil {
+			return Message{}, err
+		}
+		c.inFrame = false
+		if h.fin {
+			c.msgOp = 0
+			return Message{Lane: Reliable, Data: c.msg}, nil
+		}
+	}
+}
+
+// nextHeader reads and checks the next frame header.
+func (c *wsConn) nextHeader(ctx context.Context) error {
+	for {
+		h, need, err := parseWSHeader(c.rbuf[c.rpos:c.rend])
 		if err != nil {
-			return nil, err
+			return err
+		}
+		if need > 0 {
+			if err := c.fill(ctx, need); err != nil {
+				return err
+			}
+			continue
+		}
+		switch h.op {
+		case wsOpText, wsOpBinary:
+			if c.msgOp != 0 {
+				return protoErr(wsCloseProtocol, "new message inside a fragmented one")
+			}
+			if h.length > codec.MaxMessageSize {
+				return fmt.Errorf("%w: %d bytes", ErrMessageTooLarge, h.length)
+			}
+		case wsOpContinuation:
+			if c.msgOp == 0 {
+				return protoErr(wsCloseProtocol, "continuation frame outside a message")
+			}
+			if total := int64(len(c.msg)) + h.length; total > codec.MaxMessageSize {
+				return fmt.Errorf("%w: over %d bytes", ErrMessageTooLarge, codec.MaxMessageSize)
+			}
+		}
+		c.rpos += h.size
+		c.hdr, c.inFrame, c.left, c.maskPos = h, true, h.length, 0
+		return nil
+	}
+}
+
+// readPayload appends the rest of the current data frame's payload to msg:
+// what is buffered first, then small remainders through the buffer and
+// large ones straight into msg.
+func (c *wsConn) readPayload(ctx context.Context) error {
+	for c.left > 0 {
+		if c.rend > c.rpos {
+			n := int(min(int64(c.rend-c.rpos), c.left))
+			start := len(c.msg)
+			c.msg = append(c.msg, c.rbuf[c.rpos:c.rpos+n]...)
+			c.maskPos = wsUnmask(c.hdr.mask, c.maskPos, c.msg[start:])
+			c.rpos += n
+			c.left -= int64(n)
+			continue
+		}
+		if c.left < int64(len(c.rbuf)) {
+			if err := c.fill(ctx, 1); err != nil {
+				return err
+			}
+			continue
+		}
+		c.msg = slices.Grow(c.msg, int(c.left))
+		start := len(c.msg)
+		n, err := c.readSome(ctx, c.msg[start:start+int(c.left)])
+		c.msg = c.msg[:start+n]
+		c.maskPos = wsUnmask(c.hdr.mask, c.maskPos, c.msg[start:])
+		c.left -= int64(n)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fill reads until at least need (≤ len(rbuf)) bytes are buffered.
+func (c *wsConn) fill(ctx context.Context, need int) error {
+	for c.rend-c.rpos < need {
+		if c.rpos == c.rend {
+			c.rpos, c.rend = 0, 0
+		} else if len(c.rbuf)-c.rpos < need {
+			c.rend = copy(c.rbuf, c.rbuf[c.rpos:c.rend])
+			c.rpos = 0
+		}
+		n, err := c.readSome(ctx, c.rbuf[c.rend:])
+		c.rend += n
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readSome reads at least one byte into p. A read deadline that passes is
+// the keepalive's tick (or ctx's cancellation, or the close grace running
+// out); any other error ends the read.
+func (c *wsConn) readSome(ctx context.Context, p []byte) (int, error) {
+	for {
+		n, err := c.nc.Read(p)
+		if n > 0 {
+			// An error that came with data recurs on the next read.
+			c.heard = true
+			return n, nil
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if err := c.keepalive(ctx); err != nil {
+				return 0, err
+			}
+		default:
+			return 0, err
 		}
 	}
 }
 
-// keepScratch retains small scratch buffers only: one large message must not
-// pin 64 KiB to an otherwise idle connection.
-func (c *wsConn) keepScratch(buf []byte) {
-	if cap(buf) <= 4<<10 {
-		c.scratch = buf[:0]
-	} else {
-		c.scratch = nil
+// keepalive runs when the read deadline passes. The deadline is armed
+// PingInterval ahead; when it passes with bytes heard meanwhile it is just
+// re-armed, otherwise the peer is pinged and gets PongWait to send
+// anything. A peer silent for between PingInterval+PongWait and
+// 2*PingInterval+PongWait is dropped, and a connection with traffic costs
+// one deadline update per PingInterval.
+func (c *wsConn) keepalive(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return errReadCancelled
+	}
+	c.deadlineMu.Lock()
+	switch {
+	case c.closed.Load():
+		c.deadlineMu.Unlock()
+		return errCloseGrace
+	case c.heard:
+		c.heard, c.pinged = false, false
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.PingInterval))
+		c.deadlineMu.Unlock()
+		return nil
+	case c.pinged:
+		c.deadlineMu.Unlock()
+		return errKeepalive
+	}
+	c.pinged = true
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.PongWait))
+	c.deadlineMu.Unlock()
+	// A failed ping write shows on the next read or write.
+	_ = c.writeControl(wsOpPing, nil)
+	return nil
+}
+
+// control answers a control frame: a ping with a pong, a close with the
+// close reply (then the connection is over).
+func (c *wsConn) control(op byte, p []byte) error {
+	switch op {
+	case wsOpPing:
+		if err := c.writeControl(wsOpPong, p); err != nil && !errors.Is(err, ErrClosed) {
+			return err
+		}
+	case wsOpClose:
+		code, err := parseWSClose(p)
+		if err != nil {
+			return err
+		}
+		if !c.closed.Swap(true) {
+			// The peer started the close: answer with its code (RFC 6455
+			// 5.5.1); the connection goroutine then closes the socket.
+			_ = c.sendClose(code, "")
+		}
+		c.peerGone.Store(true)
+		return fmt.Errorf("%w with code %d", errPeerClosed, code)
+	}
+	// A pong only proves the peer is alive, which readSome has noted.
+	return nil
+}
+
+// buffer is the pending write buffer, taken from the free list if there is
+// none. Called with wmu held.
+func (c *wsConn) buffer() *[]byte {
+	if c.wbuf == nil {
+		c.wbuf = c.s.wbufs.get()
+	}
+	return c.wbuf
+}
+
+// release gives the write buffer back. Called with wmu held.
+func (c *wsConn) release() {
+	if c.wbuf != nil {
+		c.s.wbufs.put(c.wbuf)
+		c.wbuf = nil
 	}
 }
 
-// WriteReliable writes one message as one WebSocket frame (binary, or text
-// for egbe.v1.json).
+// writeLocked writes everything buffered in one write. Called with wmu held.
+func (c *wsConn) writeLocked(ctx context.Context) error {
+	if c.wbuf == nil || len(*c.wbuf) == 0 {
+		return nil
+	}
+	c.armWriteDeadline(ctx)
+	_, err := c.nc.Write(*c.wbuf)
+	c.release()
+	if err != nil {
+		c.werr = err
+	}
+	return err
+}
+
+// armWriteDeadline bounds the next write by WriteTimeout (or ctx's earlier
+// deadline). The deadline is only moved when it is later than wanted or
+// less than half a WriteTimeout away, so a busy writer does not update it
+// on every flush. Called with wmu held.
+func (c *wsConn) armWriteDeadline(ctx context.Context) {
+	now := time.Now()
+	d := now.Add(c.s.cfg.WriteTimeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		d = cd
+	}
+	if !c.wdl.IsZero() && !c.wdl.After(d) && c.wdl.Sub(now) >= c.s.cfg.WriteTimeout/2 {
+		return
+	}
+	_ = c.nc.SetWriteDeadline(d)
+	c.wdl = d
+}
+
+// appendLocked buffers one frame, first writing what is buffered if the
+// batch would grow past wsMaxBatch. Called with wmu held.
+func (c *wsConn) appendLocked(ctx context.Context, op byte, msg []byte) error {
+	if c.werr != nil {
+		return c.werr
+	}
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	buf := c.buffer()
+	if len(*buf) > 0 && len(*buf)+wsMaxServerHeader+len(msg) > wsMaxBatch {
+		if err := c.writeLocked(ctx); err != nil {
+			return err
+		}
+		buf = c.buffer()
+	}
+	*buf = appendWSHeader(*buf, op, len(msg))
+	*buf = append(*buf, msg...)
+	return nil
+}
+
+// writeControl writes a ping or pong at once (with whatever the writer has
+// buffered ahead of it).
+func (c *wsConn) writeControl(op byte, p []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.appendLocked(context.Background(), op, p); err != nil {
+		return err
+	}
+	return c.writeLocked(context.Background())
+}
+
+// WriteReliable buffers one message as one frame (binary, or text for
+// egbe.v1.json). Until the first Flush it also writes it at once, so a
+// caller that never flushes still works; from then on frames leave at the
+// next Flush (or when the batch reaches wsMaxBatch).
 func (c *wsConn) WriteReliable(ctx context.Context, msg []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -341,47 +641,87 @@ func (c *wsConn) WriteReliable(ctx context.Context, msg []byte) error {
 		return ErrClosed
 	default:
 	}
-	deadline := time.Now().Add(c.s.cfg.WriteTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	c.wmu.Lock()
+	err := c.appendLocked(ctx, c.op, msg)
+	if err == nil && !c.batching {
+		err = c.writeLocked(ctx)
 	}
-	_ = c.ws.SetWriteDeadline(deadline)
-	if err := c.ws.WriteMessage(c.mt, msg); err != nil {
-		c.end(fmt.Errorf("%w: %w", ErrClosed, err))
-		return c.reason()
+	c.wmu.Unlock()
+	if err != nil {
+		return c.writeFailed(err)
 	}
 	c.s.km.msg(Reliable, dirOut, len(msg))
 	return nil
 }
 
-// Close sends a close frame with code and reason, then half-closes the
-// socket so the frame is delivered ahead of the FIN; the reader sees the
-// peer's close reply (or the grace deadline) and the connection goroutine
-// releases the socket.
+// Flush writes every buffered frame in one write.
+func (c *wsConn) Flush(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	c.batching = true
+	err := c.writeLocked(ctx)
+	c.wmu.Unlock()
+	if err != nil {
+		return c.writeFailed(err)
+	}
+	return nil
+}
+
+func (c *wsConn) writeFailed(err error) error {
+	if errors.Is(err, ErrClosed) {
+		return err
+	}
+	c.end(fmt.Errorf("%w: %w", ErrClosed, err))
+	return c.reason()
+}
+
+// Close writes what is buffered and then a close frame with code and
+// reason, and half-closes the socket so the frames are delivered ahead of
+// the FIN; the connection goroutine then waits (at most closeGrace) for the
+// peer's close reply before releasing the socket.
 func (c *wsConn) Close(code uint32, reason string) error {
 	if c.closed.Swap(true) {
 		return nil
 	}
-	if len(reason) > 123 { // control frame payload limit (RFC 6455 5.5) minus the code
-		reason = strings.ToValidUTF8(reason[:123], "")
-	}
-	err := c.ws.WriteControl(websocket.CloseMessage,
-		websocket.FormatCloseMessage(int(code), reason), time.Now().Add(time.Second))
-	_ = c.ws.NetConn().SetReadDeadline(time.Now().Add(closeGrace))
-	if tc, ok := c.ws.NetConn().(interface{ CloseWrite() error }); ok {
+	err := c.sendClose(int(code), reason)
+	c.deadlineMu.Lock()
+	_ = c.nc.SetReadDeadline(time.Now().Add(closeGrace))
+	c.deadlineMu.Unlock()
+	if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
 		_ = tc.CloseWrite()
 	}
 	c.end(fmt.Errorf("%w: closed by edge with code %d", ErrClosed, code))
-	if errors.Is(err, websocket.ErrCloseSent) {
-		return nil
-	}
 	return err
+}
+
+// sendClose writes the buffered frames and a close frame. The caller has
+// set closed.
+func (c *wsConn) sendClose(code int, reason string) error {
+	if !c.wmu.TryLock() {
+		// The writer is inside a write to a slow peer: bound that write,
+		// then follow it.
+		_ = c.nc.SetWriteDeadline(time.Now().Add(closeWriteTimeout))
+		c.wmu.Lock()
+	}
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return c.werr
+	}
+	buf := c.buffer()
+	*buf = appendWSClose(*buf, code, reason)
+	c.wdl = time.Now().Add(closeWriteTimeout)
+	_ = c.nc.SetWriteDeadline(c.wdl)
+	return c.writeLocked(context.Background())
 }
 
 // abort closes with code and tears the socket down at once (shutdown).
 func (c *wsConn) abort(code uint32, reason string) {
 	_ = c.Close(code, reason)
-	_ = c.ws.NetConn().SetReadDeadline(time.Unix(1, 0))
+	c.deadlineMu.Lock()
+	_ = c.nc.SetReadDeadline(time.Unix(1, 0))
+	c.deadlineMu.Unlock()
 }
 
 // finish runs on the connection goroutine after the Handler: unless the
@@ -389,18 +729,18 @@ func (c *wsConn) abort(code uint32, reason string) {
 // reply) until EOF or the grace deadline, so closing does not reset the
 // connection under the close frame; then it releases the socket.
 func (c *wsConn) finish() {
-	c.pinger.Stop()
 	// readCtx's hook is left alone: a session reader may still be inside
 	// Read. The hook only sets a deadline on this socket and goes away with
 	// its ctx (the Handler's, cancelled by serveConn).
-	nc := c.ws.NetConn()
 	if !c.peerGone.Load() {
-		_ = nc.SetReadDeadline(time.Now().Add(closeGrace))
-		_, _ = io.Copy(io.Discard, io.LimitReader(nc, 1<<20))
+		c.deadlineMu.Lock()
+		_ = c.nc.SetReadDeadline(time.Now().Add(closeGrace))
+		c.deadlineMu.Unlock()
+		_, _ = io.Copy(io.Discard, io.LimitReader(c.nc, 1<<20))
 	}
-	_ = c.ws.Close()
+	_ = c.nc.Close()
+	c.wmu.Lock()
+	c.release()
+	c.wmu.Unlock()
 	c.end(ErrClosed)
 }
-
-// Flush is a no-op: WriteReliable writes each frame at once.
-func (c *wsConn) Flush(context.Context) error { return nil }

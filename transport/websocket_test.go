@@ -15,7 +15,7 @@ import (
 	"github.com/oshun/egbe-edge/codec"
 )
 
-func startWS(t *testing.T, cfg WebSocketConfig, h Handler) (*WebSocket, *Metrics, string) {
+func startWS(t testing.TB, cfg WebSocketConfig, h Handler) (*WebSocket, *Metrics, string) {
 	t.Helper()
 	m, _ := testMetrics()
 	ws, err := NewWebSocket(cfg, h, nil, m)

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,11 +24,16 @@ import (
 )
 
 // startWT serves WebTransport (and a /hello HTTP/3 route) on 127.0.0.1:0.
-func startWT(t *testing.T, h Handler) (*WebTransport, *Metrics, string, *tls.Config) {
+func startWT(t testing.TB, h Handler) (*WebTransport, *Metrics, string, *tls.Config) {
+	t.Helper()
+	return startWTConfig(t, DefaultWebTransportConfig(), h)
+}
+
+func startWTConfig(t testing.TB, cfg WebTransportConfig, h Handler) (*WebTransport, *Metrics, string, *tls.Config) {
 	t.Helper()
 	serverTLS, clientTLS, _ := testTLS(t)
 	m, _ := testMetrics()
-	wt, err := NewWebTransport(DefaultWebTransportConfig(), h, nil, m)
+	wt, err := NewWebTransport(cfg, h, nil, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +62,7 @@ func startWT(t *testing.T, h Handler) (*WebTransport, *Metrics, string, *tls.Con
 	return wt, m, "https://" + pconn.LocalAddr().String(), clientTLS
 }
 
-func dialWT(t *testing.T, base string, clientTLS *tls.Config) *webtransport.Session {
+func dialWT(t testing.TB, base string, clientTLS *tls.Config) *webtransport.Session {
 	t.Helper()
 	tr := &webtransport.Transport{
 		TLSClientConfig: clientTLS,
@@ -195,20 +202,25 @@ func sessionErr(sess *webtransport.Session) error {
 	return err
 }
 
-// WriteUnreliable never blocks: with the sender's queue full it drops.
-func TestWebTransportWriteUnreliableDrops(t *testing.T) {
+// WriteUnreliable never blocks: with the sender behind, a full queue drops
+// its oldest datagram, so the freshest state is sent next.
+func TestWebTransportWriteUnreliableDropsOldest(t *testing.T) {
 	m, _ := testMetrics()
-	c := &wtConn{t: &WebTransport{km: m.forKind(KindWebTransport)}, ending: newEnding(), outgoing: make(chan []byte, 2)}
-	for i := 0; i < 2; i++ {
-		if err := c.WriteUnreliable([]byte("x")); err != nil {
+	c := &wtConn{t: &WebTransport{km: m.forKind(KindWebTransport)}, ending: newEnding(), out: newLatest(2)}
+	c.finished = true // no sender starts: it stays behind
+	for _, msg := range []string{"1", "2", "3", "4"} {
+		if err := c.WriteUnreliable([]byte(msg)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := c.WriteUnreliable([]byte("x")); !errors.Is(err, ErrDropped) {
-		t.Fatalf("full queue: %v, want ErrDropped", err)
+	if got := counter(m, "drops", "webtransport", dropSendQueueFull); got != 2 {
+		t.Errorf("drops = %v, want 2", got)
 	}
-	if got := counter(m, "drops", "webtransport", dropSendQueueFull); got != 1 {
-		t.Errorf("drops = %v", got)
+	for _, want := range []string{"3", "4"} {
+		got, ok := c.out.pop(nil)
+		if !ok || string(got) != want {
+			t.Fatalf("queued %q %v, want %q", got, ok, want)
+		}
 	}
 	c.end(ErrClosed)
 	if err := c.WriteUnreliable([]byte("x")); !errors.Is(err, ErrClosed) {
@@ -320,5 +332,126 @@ func TestWebTransportCloseAfterSessionGoneReset(t *testing.T) {
 		}
 		_ = sess.SendDatagram([]byte("close"))
 		time.Sleep(50 * time.Millisecond) // poll interval; datagrams may be lost
+	}
+}
+
+// waitSessionEnd waits for the edge to end sess and returns why; a session
+// still open after 10 s fails the test (the edge never closed it).
+func waitSessionEnd(t *testing.T, sess *webtransport.Session) error {
+	t.Helper()
+	select {
+	case <-sess.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session is still open 10 s later: the edge never closed it")
+	}
+	_, err := sess.AcceptStream(context.Background())
+	return err
+}
+
+// A length prefix that overflows 64 bits is refused like one over the
+// limit: the session is closed with frame_too_large, not left open with
+// its goroutines behind.
+func TestWebTransportOverlongLengthClosesSession(t *testing.T) {
+	leakCheck(t)
+	errs := make(chan error, 1)
+	_, m, base, clientTLS := startWT(t, recordingEcho(errs))
+	sess := dialWT(t, base, clientTLS)
+	str, err := sess.OpenStreamSync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := str.Write(bytes.Repeat([]byte{0xFF}, 11)); err != nil {
+		t.Fatal(err)
+	}
+	var se *webtransport.SessionError
+	if err := waitSessionEnd(t, sess); !errors.As(err, &se) || uint32(se.ErrorCode) != codec.CodeFrameTooLarge.CloseCode() {
+		t.Fatalf("session ended with %v, want code %d", err, codec.CodeFrameTooLarge.CloseCode())
+	}
+	if err := <-errs; !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatalf("server Read = %v, want ErrMessageTooLarge", err)
+	}
+	waitFor(t, "active to reach 0", func() bool { return counter(m, "active", "webtransport") == 0 })
+}
+
+// A client that finishes its reliable stream without a message ends the
+// Conn; the Handler's Close must still close the session with its code
+// (the Conn having ended first used to skip the session close).
+func TestWebTransportFinWithoutHelloClosesSession(t *testing.T) {
+	leakCheck(t)
+	readErr := make(chan error, 1)
+	_, m, base, clientTLS := startWT(t, func(ctx context.Context, c Conn) {
+		_, err := c.Read(ctx)
+		readErr <- err
+		_ = c.Close(codec.CodeHelloRequired.CloseCode(), "no hello")
+	})
+	sess := dialWT(t, base, clientTLS)
+	str, err := sess.OpenStreamSync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := str.Close(); err != nil { // the stream header, then FIN
+		t.Fatal(err)
+	}
+	if err := <-readErr; !errors.Is(err, ErrClosed) {
+		t.Fatalf("server Read = %v, want ErrClosed", err)
+	}
+	var se *webtransport.SessionError
+	if err := waitSessionEnd(t, sess); !errors.As(err, &se) || uint32(se.ErrorCode) != codec.CodeHelloRequired.CloseCode() {
+		t.Fatalf("session ended with %v, want code %d", err, codec.CodeHelloRequired.CloseCode())
+	}
+	waitFor(t, "active to reach 0", func() bool { return counter(m, "active", "webtransport") == 0 })
+}
+
+// A bare QUIC connection that keeps itself alive with PINGs and never
+// sends a request is closed after HTTP3IdleTimeout.
+func TestWebTransportBareQUICDropped(t *testing.T) {
+	leakCheck(t)
+	cfg := DefaultWebTransportConfig()
+	cfg.HTTP3IdleTimeout = 300 * time.Millisecond
+	_, _, base, clientTLS := startWTConfig(t, cfg, echo)
+	tlsConf := clientTLS.Clone()
+	tlsConf.NextProtos = []string{http3.NextProtoH3}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := quic.DialAddr(ctx, strings.TrimPrefix(base, "https://"), tlsConf,
+		&quic.Config{KeepAlivePeriod: 50 * time.Millisecond, MaxIdleTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseWithError(0, "")
+	select {
+	case <-conn.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a bare QUIC connection with keepalives was still open 10 s later")
+	}
+	var ae *quic.ApplicationError
+	if err := context.Cause(conn.Context()); !errors.As(err, &ae) || !ae.Remote {
+		t.Fatalf("connection ended with %v, want the server's application close", err)
+	}
+}
+
+// The HTTP/3 idle timeout counts requests and sessions, not traffic: an
+// open WebTransport session keeps its connection however long it lasts.
+func TestWebTransportSessionOutlivesHTTP3IdleTimeout(t *testing.T) {
+	leakCheck(t)
+	cfg := DefaultWebTransportConfig()
+	cfg.HTTP3IdleTimeout = 100 * time.Millisecond
+	_, _, base, clientTLS := startWTConfig(t, cfg, echo)
+	sess := dialWT(t, base, clientTLS)
+	str, err := sess.OpenStreamSync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(str)
+	start := time.Now()
+	for i := 0; time.Since(start) < 10*cfg.HTTP3IdleTimeout; i++ {
+		msg := fmt.Appendf(nil, "m%d", i)
+		if _, err := str.Write(codec.AppendFrame(nil, msg)); err != nil {
+			t.Fatalf("after %s: %v", time.Since(start), err)
+		}
+		got, err := codec.ReadFrame(br, nil, codec.MaxMessageSize)
+		if err != nil || string(got) != string(msg) {
+			t.Fatalf("after %s: echo %q %v", time.Since(start), got, err)
+		}
 	}
 }

@@ -1,6 +1,8 @@
-// Package web holds the pages the edge embeds: the demo page at / and the
-// operator dashboard at /ops, plus the browser-test scripts that drive them
-// in headless Chromium (web/browsertest, run by the edge's tests).
+// Package web holds the pages the edge embeds: the demo page at /, the
+// operator dashboard at /ops and Epic's Pixel Streaming player at
+// /pxstream/ (a committed bundle, see pxplayer/), plus the browser-test
+// scripts that drive them in headless Chromium (web/browsertest, run by
+// the edge's tests).
 package web
 
 import (
@@ -16,6 +18,14 @@ var opsFS embed.FS
 
 //go:embed queue
 var queueFS embed.FS
+
+//go:embed pxplayer/index.html pxplayer/player.js pxplayer/THIRD_PARTY_LICENSES.txt
+var playerFS embed.FS
+
+// Player is the Pixel Streaming player page's file tree: index.html,
+// player.js (Epic's player UI, bundled by scripts/build-player.sh) and
+// THIRD_PARTY_LICENSES.txt.
+func Player() fs.FS { return sub(playerFS, "pxplayer") }
 
 // Demo is the demo page's file tree (index.html at its root).
 func Demo() fs.FS { return sub(demoFS, "demo") }

@@ -2,15 +2,16 @@
 // throughput, errors and the edge's CPU and RSS, beside a baseline server
 // measured in the same run where the scenario has one.
 //
-//	egbe-bench connect  --edge-bin PATH --transport websocket --sessions 1000 [--edges N [--redis-url URL]]
+//	egbe-bench connect  --edge-bin PATH --transport websocket --sessions 1000 [--settle 1s] [--edges N [--redis-url URL]]
 //	egbe-bench echo     --edge-bin PATH --transport websocket --sessions 1000 --rate 20 --duration 20s [--baseline] [--edges N [--redis-url URL]]
 //	egbe-bench failover --edge-bin PATH --edges 3 --sessions 2000 [--rate 5] [--transport websocket] [--redis-url URL] [--bystanders N]
 //	egbe-bench handshakes --edge-bin PATH --sessions 2000 --concurrency 64 [--rounds 3] [--probe 200] [--redis-url URL]
 //	egbe-bench pxstream --edge-bin PATH --pairs 200 --handshakes 20000 [--idle 19000] [--edge-taskset 1]
 //	egbe-bench match    --edge-bin PATH --streamers 1000 --decisions 20000 [--edge-taskset 1]
 //	egbe-bench voice    --edge-bin PATH --speakers 4 --listeners 20 --duration 15s [--edge-taskset 1]
+//	egbe-bench pxsfu    --edge-bin PATH --players 100,200,500 [--duration 10s] [--layers 0,1,2] [--bare=false]
 //	egbe-bench surge    --edge-bin PATH --rate 3300 --duration 60s [--max --workers 64]
-//	egbe-bench world    --edge-bin PATH --shard-bin PATH --clients 1000 --instances 10 --agents 500 --duration 15s [--transport websocket]
+//	egbe-bench world    --edge-bin PATH --shard-bin PATH --clients 1000 --instances 10 --agents 500 --duration 15s [--transport websocket] [--idle N] [--profile FILE]
 //	egbe-bench serve-baseline-echo --listen 127.0.0.1:9999   (used by --baseline)
 //
 // --edges N spreads the sessions round-robin over N edge processes that
@@ -45,7 +46,7 @@ import (
 func main() { os.Exit(run(os.Args[1:])) }
 
 func usage() int {
-	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|failover|handshakes|pxstream|match|voice|surge|world|serve-baseline-echo [flags]  (egbe-bench SCENARIO --help)")
+	fmt.Fprintln(os.Stderr, "usage: egbe-bench connect|echo|failover|handshakes|pxstream|match|voice|pxsfu|surge|world|serve-baseline-echo [flags]  (egbe-bench SCENARIO --help)")
 	return 2
 }
 
@@ -69,6 +70,12 @@ func run(args []string) int {
 		err = bench.MatchCommand(ctx, args[1:])
 	case "voice":
 		err = bench.VoiceCommand(ctx, args[1:])
+	case "pxsfu":
+		err = bench.PxSFUCommand(ctx, args[1:])
+	case "pxsfu-receivers": // a child of pxsfu
+		err = bench.PxSFUReceiversCommand(ctx, args[1:])
+	case "pxsfu-bare": // a child of pxsfu
+		err = bench.PxSFUBareCommand(ctx, args[1:])
 	case "surge":
 		err = bench.SurgeCommand(ctx, args[1:])
 	case "world":
@@ -149,6 +156,7 @@ func runEcho(ctx context.Context, scenario string, args []string) error {
 	fs.DurationVar(&opts.Duration, "duration", 10*time.Second, "measured phase (echo)")
 	fs.IntVar(&opts.DialWorkers, "dial-workers", 32, "concurrent dials")
 	fs.StringVar(&opts.Instance, "instance", "orun-grove", "instance to join")
+	fs.DurationVar(&opts.Settle, "settle", time.Second, "wait this long after connecting before reading idle RSS")
 	baseline := fs.Bool("baseline", false, "also measure a bare gorilla echo server with the same load (websocket)")
 	_ = fs.Parse(args)
 	if scenario == "connect" {

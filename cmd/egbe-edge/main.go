@@ -3,6 +3,7 @@
 //
 //	egbe-edge [flags]              run (dev mode by default)
 //	egbe-edge policy check [FILE]  check an admission policy file
+//	egbe-edge prestop [--wait D]   container pre-stop hook: drain PID 1
 package main
 
 import (
@@ -22,6 +23,9 @@ func main() { os.Exit(run(os.Args[1:])) }
 func run(args []string) int {
 	if len(args) >= 2 && args[0] == "policy" && args[1] == "check" {
 		return edge.PolicyCheck(args[2:], os.Stdout, os.Stderr)
+	}
+	if len(args) >= 1 && args[0] == "prestop" {
+		return prestop(args[1:], os.Stderr)
 	}
 	cfg, err := edge.Load(args, os.Environ(), os.Stderr)
 	if err != nil {

@@ -3,7 +3,7 @@
 // and streams an H.264 test pattern to every player (package
 // signalling/streamer).
 //
-//	egbe-streamer --url ws://127.0.0.1:8888 --id NAME [--pop us-east-1] [--codecs H264] [--token T]
+//	egbe-streamer --url ws://127.0.0.1:8888 --id NAME [--pop us-east-1] [--codecs H264] [--token T] [--simulcast [--simulcast-ssrc]] [--multiplex]
 package main
 
 import (
@@ -41,9 +41,20 @@ func run(args []string) error {
 	fs.IntVar(&cfg.Width, "width", cfg.Width, "pattern width (multiple of 16)")
 	fs.IntVar(&cfg.Height, "height", cfg.Height, "pattern height (multiple of 16)")
 	fs.IntVar(&cfg.FPS, "fps", cfg.FPS, "frames per second")
+	fs.BoolVar(&cfg.Simulcast, "simulcast", false, "send an SFU three RID encodings (scale 4, 2, 1; size in multiples of 64)")
+	fs.BoolVar(&cfg.SimulcastSSRC, "simulcast-ssrc", false, "describe the simulcast layers as an SSRC group (a=ssrc-group:SIM) instead of RIDs")
+	fs.BoolVar(&cfg.Multiplex, "multiplex", false, "offer an SFU multiplexed data channels (199/198 framing)")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", streamer.ErrConfig, err)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if cfg.SimulcastSSRC {
+		cfg.Simulcast = true
+	}
+	if cfg.Simulcast && !set["height"] {
+		cfg.Height = 128 // the default 144 is not a multiple of 64
 	}
 	cfg.Codecs = nil
 	for _, c := range strings.Split(*codecs, ",") {

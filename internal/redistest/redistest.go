@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -191,4 +192,25 @@ func (s *Server) Restart() {
 	s.tb.Helper()
 	s.Kill()
 	s.launch()
+}
+
+// Freeze stops the server (SIGSTOP) without closing its sockets: clients
+// connect and write but get no answer, as with a hung or partitioned
+// Redis. Thaw resumes it; Kill works on a frozen server too.
+func (s *Server) Freeze() { s.signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen server (SIGCONT).
+func (s *Server) Thaw() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.tb.Helper()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		s.tb.Fatalf("redistest: %v to a stopped server", sig)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		s.tb.Fatalf("redistest: %v: %v", sig, err)
+	}
 }

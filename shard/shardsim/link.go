@@ -26,6 +26,8 @@ type edgeLink struct {
 	events [][]byte          // guarded by mu: bounded FIFO of event frames
 	pong   []byte            // guarded by mu: latest unsent pong
 	drops  uint64            // guarded by mu
+
+	handles map[uint32]*sessionState // guarded by Server.mu: this edge's open sessions by handle
 }
 
 // maxEvents bounds a link's queued instance events.
@@ -112,7 +114,7 @@ func (l *edgeLink) serve(ctx context.Context) {
 	}
 }
 
-// stream tells a control stream from a session stream by its first frame.
+// stream tells the control stream from a session lane by its first frame.
 func (l *edgeLink) stream(ctx context.Context, st *quic.Stream) {
 	r := linkio.NewReader(st)
 	var f codec.LinkEdgeFrame
@@ -124,8 +126,8 @@ func (l *edgeLink) stream(ctx context.Context, st *quic.Stream) {
 	switch m := f.Msg.(type) {
 	case *codec.LinkEdgeFrame_Hello:
 		l.control(ctx, st, r, m.Hello)
-	case *codec.LinkEdgeFrame_Open:
-		l.s.session(ctx, l, st, r, m.Open)
+	case *codec.LinkEdgeFrame_Lane:
+		l.s.lane(ctx, l, st, r)
 	default:
 		st.CancelRead(linkio.CodeProtocol)
 		st.CancelWrite(linkio.CodeProtocol)

@@ -28,7 +28,7 @@ type Config struct {
 	Listen    string   // UDP address, e.g. "127.0.0.1:0"
 	ShardID   string   // default "shard-" + first instance
 	Instances []string // at least one
-	Agents    int      // simulated agents per instance (default 200)
+	Agents    int      // simulated agents per instance (DefaultConfig: 200; 0 is an empty world)
 	Players   int      // simulated (bot) players per instance (default 4)
 	TickHz    int      // default 20
 	Capacity  int      // sessions advertised (0 = unbounded)
@@ -82,9 +82,6 @@ func (c Config) Validate() error {
 
 func (c *Config) fill() {
 	d := DefaultConfig()
-	if c.Agents == 0 {
-		c.Agents = d.Agents
-	}
 	if c.TickHz == 0 {
 		c.TickHz = d.TickHz
 	}
@@ -250,7 +247,8 @@ func (s *Server) acceptLoop(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		l := &edgeLink{s: s, conn: conn, notify: make(chan struct{}, 1), subs: map[string]bool{}, snaps: map[string][]byte{}}
+		l := &edgeLink{s: s, conn: conn, notify: make(chan struct{}, 1), subs: map[string]bool{}, snaps: map[string][]byte{},
+			handles: map[uint32]*sessionState{}}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()

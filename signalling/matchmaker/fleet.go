@@ -57,6 +57,11 @@ type Request struct {
 	Subject    string       `json:"-"` // access-token subject, else user_id
 	Access     *auth.Access `json:"-"` // nil without a bearer token
 	RemoteAddr netip.Addr   `json:"-"`
+	// AdmissionTicket and ResumeToken are the X-Egbe-Admission and
+	// X-Egbe-Resume headers: the waiting room's admission ticket and the
+	// resume-token bypass lane, as on every route the room guards.
+	AdmissionTicket string `json:"-"`
+	ResumeToken     string `json:"-"`
 
 	// Set by Match before it calls the Admitter.
 	SessionID string `json:"-"` // the session id the lease and JWT will carry
@@ -66,6 +71,13 @@ type Request struct {
 	// regional backpressure reads it.
 	EligiblePOPUtilBP []int `json:"-"`
 }
+
+// Waiting-room headers (the same names the room's guard reads on the
+// launch and auth routes).
+const (
+	HeaderAdmission = "X-Egbe-Admission"
+	HeaderResume    = "X-Egbe-Resume"
+)
 
 // Entitlements.
 const (
@@ -83,11 +95,20 @@ type Admitter interface {
 type Decision struct {
 	// Refusal, when non-nil, refuses the request with its reason and status.
 	Refusal *Refusal
-	// QueuePosition is echoed in the answer (0 = served now).
-	QueuePosition int
+	// Queued is, per POP id, how many users wait in line for a stream
+	// there (the waiting room's depth for the POP's region): the score's
+	// queued term, and the answer's queue_position for the chosen POP.
+	Queued map[string]int
 	// PriorityBoost adds programming priority per POP id for this request
 	// (e.g. a booked concert window), on top of the topology's priority.
 	PriorityBoost map[string]int
+	// HeldBack is, per POP id, how many sessions are reserved for others
+	// (an event's booked attendees): this request may only lease there
+	// while more than that many session slots stay free.
+	HeldBack map[string]int
+	// Matched, when set, is called once the match succeeded (streamer
+	// leased, token minted), before the answer leaves.
+	Matched func(Match)
 	// Release, when set, is called if the match fails after admission (no
 	// streamer could be leased, the token could not be minted), so
 	// admission can return what it reserved for Request.SessionID.
@@ -98,7 +119,7 @@ type Decision struct {
 type Reason string
 
 // Refusal reasons the matchmaker itself produces. Admitters define their
-// own (user_concurrency_cap 409, network_concurrency_cap 429, ...).
+// own (the edge's are admission's actions: reject-user-cap 409, ...).
 const (
 	ReasonBadRequest           Reason = "bad_request"            // 400
 	ReasonUnknownRegion        Reason = "unknown_client_region"  // 400
@@ -115,11 +136,6 @@ const (
 	// ReasonCodecMismatch counts offers Hooks.CheckOffer rejected (the
 	// broker tells the player; no HTTP answer carries it).
 	ReasonCodecMismatch Reason = "codec_mismatch"
-
-	// Suggested admission reasons (the Admitter owns them).
-	ReasonUserConcurrencyCap    Reason = "user_concurrency_cap"    // 409
-	ReasonNetworkConcurrencyCap Reason = "network_concurrency_cap" // 429
-	ReasonFreeMinutesExhausted  Reason = "free_tier_minutes_exhausted"
 )
 
 // Refusal is a typed refusal: a reason code and the HTTP status it maps to.

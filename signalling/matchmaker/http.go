@@ -124,20 +124,26 @@ func (m *Matchmaker) decodeRequest(w http.ResponseWriter, r *http.Request) (Requ
 		return req, rf
 	}
 	if req.Access != nil {
-		// The token is the authority on who this is and what they paid for.
+		// A verified token is the only authority on who this is, for which
+		// tenant, and what they paid for: the body's user_id, tenant_id and
+		// entitlement are ignored, and a token without the paid claim is
+		// free.
 		req.Subject = req.Access.Subject
+		req.TenantID = req.Access.Tenant
 		if req.ClientRegion == "" {
 			req.ClientRegion = req.Access.Region
 		}
-		if req.Access.Entitlement != "" {
-			req.Entitlement = req.Access.Entitlement
-			if req.Entitlement != EntitlementPaid {
-				req.Entitlement = EntitlementFree
-			}
+		req.Entitlement = EntitlementFree
+		if req.Access.Entitlement == EntitlementPaid {
+			req.Entitlement = EntitlementPaid
 		}
 	} else {
+		// No token (only without RequireAccessToken, i.e. dev): the body
+		// names the caller, as Epic's drop-in setup would.
 		req.Subject = req.UserID
 	}
+	req.AdmissionTicket = r.Header.Get(HeaderAdmission)
+	req.ResumeToken = r.Header.Get(HeaderResume)
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		req.RemoteAddr = ap.Addr().Unmap()
 	}

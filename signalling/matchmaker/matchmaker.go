@@ -326,18 +326,20 @@ const (
 	rejectFull      = "no_session_slot"
 	rejectHeadroom  = "paid_headroom"
 	rejectBackoff   = "free_tier_backpressure"
+	rejectReserved  = "event_reserved"
 )
 
 type candidate struct {
-	pop    *POP
-	codec  string
-	rtt    int
-	utilBP int
-	queued int
-	avail  int
-	prio   int
-	home   bool
-	score  int64
+	pop      *POP
+	codec    string
+	rtt      int
+	utilBP   int
+	sessions int // leased + streaming
+	queued   int
+	avail    int
+	prio     int
+	home     bool
+	score    int64
 }
 
 // score is the reference's blend; lower is better.
@@ -441,21 +443,44 @@ func (m *Matchmaker) candidates(req *Request, scope string, ls []load) (cands []
 			continue
 		}
 		cands = append(cands, candidate{
-			pop: p, codec: codec, rtt: rtt, utilBP: util,
+			pop: p, codec: codec, rtt: rtt, utilBP: util, sessions: l.sessions,
 			avail: l.idleByCodec[codecIndex(codec)], prio: p.Priority, home: home,
 		})
 	}
 	return cands, rejected, eligible
 }
 
-// rank adds admission's priority boost, scores and sorts the candidates.
-func rank(cands []candidate, boost map[string]int) {
-	for i := range cands {
-		c := &cands[i]
-		c.prio += boost[c.pop.ID]
-		c.score = score(c.rtt, c.utilBP, c.queued, c.avail, c.prio)
+// rank applies admission's decision: it drops the POPs whose free slots
+// are held back for others, then adds the priority boost and the queued
+// counts, scores and sorts what is left.
+func (m *Matchmaker) rank(cands []candidate, d Decision, free bool, rejected []string) []candidate {
+	out := cands[:0]
+	var fresh []load
+	if len(d.HeldBack) > 0 {
+		// A reservation is a promise: judge it on the registry as it is
+		// now, not on the scoring cache (which misses other edges' leases
+		// for up to load_cache_ttl).
+		fresh = m.loads()
 	}
-	slices.SortFunc(cands, func(a, b candidate) int { return better(&a, &b) })
+	for _, c := range cands {
+		if held := d.HeldBack[c.pop.ID]; held > 0 {
+			c.sessions = fresh[m.popIndex[c.pop.ID]].sessions
+			slots := c.pop.MaxSessions - held
+			if free {
+				slots -= c.pop.PaidHeadroomSessions
+			}
+			if c.sessions+1 > slots {
+				rejected[m.popIndex[c.pop.ID]] = rejectReserved
+				continue
+			}
+		}
+		c.prio += d.PriorityBoost[c.pop.ID]
+		c.queued = d.Queued[c.pop.ID]
+		c.score = score(c.rtt, c.utilBP, c.queued, c.avail, c.prio)
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b candidate) int { return better(&a, &b) })
+	return out
 }
 
 // validate checks and normalises a decoded request.
@@ -528,7 +553,7 @@ func (m *Matchmaker) Match(ctx context.Context, req Request) (Match, error) {
 			dec.Release()
 		}
 	}()
-	rank(cands, dec.PriorityBoost)
+	cands = m.rank(cands, dec, req.Entitlement != EntitlementPaid, rejected)
 	ttl := auth.ClampPxSessionTTL(m.cfg.SessionTTL)
 	until := now.Add(ttl)
 	for i := range cands {
@@ -556,10 +581,14 @@ func (m *Matchmaker) Match(ctx context.Context, req Request) (Match, error) {
 		m.noteLease(c.pop.ID, c.codec, false)
 		m.remember(sid, leaseRec{codec: c.codec, pop: c.pop.ID, streamer: streamer, forget: until.Add(m.cfg.LeaseMemory)}, now)
 		m.metrics.matched(c.pop.ID, c.codec)
-		return Match{
+		res := Match{
 			SessionID: sid, POP: c.pop.ID, StreamerID: streamer, Codec: c.codec, Token: tok,
-			ExpiresAt: until, QueuePosition: dec.QueuePosition, RTTMs: c.rtt, Score: c.score,
-		}, nil
+			ExpiresAt: until, QueuePosition: c.queued, RTTMs: c.rtt, Score: c.score,
+		}
+		if dec.Matched != nil {
+			dec.Matched(res)
+		}
+		return res, nil
 	}
 	rf := refuse(ReasonNoPOPAvailable, http.StatusServiceUnavailable, "no POP can serve %s (%s) now", req.ClientRegion, req.Entitlement)
 	rf.Rejected = make(map[string]string, len(rejected))

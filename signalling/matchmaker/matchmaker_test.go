@@ -426,17 +426,17 @@ type refuser struct {
 func (a refuser) Admit(context.Context, Request) (Decision, error) { return a.d, a.err }
 
 func TestAdmitter(t *testing.T) {
-	capped := &Refusal{Reason: ReasonUserConcurrencyCap, Status: http.StatusConflict, Message: "2 sessions already"}
+	capped := &Refusal{Reason: Reason("reject-user-cap"), Status: http.StatusConflict, Message: "2 sessions already"}
 	for _, tc := range []struct {
 		name       string
 		adm        refuser
 		wantStatus int
 		wantReason Reason
 	}{
-		{"refusal in decision", refuser{d: Decision{Refusal: capped}}, 409, ReasonUserConcurrencyCap},
-		{"refusal as error", refuser{err: &Refusal{Reason: ReasonNetworkConcurrencyCap, Status: 429}}, 429, ReasonNetworkConcurrencyCap},
+		{"refusal in decision", refuser{d: Decision{Refusal: capped}}, 409, Reason("reject-user-cap")},
+		{"refusal as error", refuser{err: &Refusal{Reason: Reason("reject-network-cap"), Status: 429}}, 429, Reason("reject-network-cap")},
 		{"admission broken", refuser{err: errors.New("redis down")}, 503, ReasonAdmissionUnavailable},
-		{"admitted with queue position", refuser{d: Decision{QueuePosition: 3}}, 200, ""},
+		{"admitted with queue position", refuser{d: Decision{Queued: map[string]int{"us-east-1": 3}}}, 200, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, nil, tc.adm)
@@ -692,5 +692,59 @@ func TestAdmitterSeesSessionAndEligibleUtilisation(t *testing.T) {
 	}
 	if adm.released != 1 {
 		t.Fatalf("released %d times", adm.released)
+	}
+}
+
+// TestTokenIsTheOnlyEntitlement: with a bearer token the body's
+// entitlement, user_id and tenant_id count for nothing; a token without
+// the paid claim is free.
+func TestTokenIsTheOnlyEntitlement(t *testing.T) {
+	adm := &recorder{}
+	r := newRig(t, nil, adm)
+	r.fleet.add("us-east-1", 4)
+	for _, tc := range []struct {
+		name  string
+		claim string
+		want  string
+	}{{"no claim", "", EntitlementFree}, {"free claim", "free", EntitlementFree}, {"odd claim", "gold", EntitlementFree}, {"paid claim", "paid", EntitlementPaid}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok, _ := r.signer.IssueAccess(auth.Access{Subject: "carol", Tenant: "tara-studio", Entitlement: tc.claim}, time.Minute)
+			rec := post(t, r.m, `{"user_id":"mallory","tenant_id":"rich-institution","client_region":"us-east","codecs":["H264"],"entitlement":"paid"}`, func(r *http.Request) {
+				r.Header.Set("Authorization", "Bearer "+tok)
+				r.Header.Set(HeaderAdmission, "adm-ticket")
+			})
+			if rec.Code != 200 {
+				t.Fatalf("status %d: %s", rec.Code, rec.Body)
+			}
+			if s := adm.seen; s.Entitlement != tc.want || s.Subject != "carol" || s.TenantID != "tara-studio" || s.AdmissionTicket != "adm-ticket" {
+				t.Fatalf("admitter saw entitlement %q subject %q tenant %q ticket %q", s.Entitlement, s.Subject, s.TenantID, s.AdmissionTicket)
+			}
+			r.m.Release(adm.seen.SessionID)
+		})
+	}
+}
+
+// TestHeldBackAndQueued: sessions an admitter holds back at a POP (an
+// event's reserved seats) are not leased to this request; the queued
+// counts enter the score and the chosen POP's becomes queue_position.
+func TestHeldBackAndQueued(t *testing.T) {
+	adm := &refuser{}
+	r := newRig(t, nil, adm)
+	r.fleet.add("us-east-1", 10)
+	r.fleet.add("us-west-2", 10)
+	// us-central: us-east-1 (30 ms) beats us-west-2 (40 ms) on RTT.
+	if m, err := r.m.Match(context.Background(), req("us-central", "paid", false)); err != nil || m.POP != "us-east-1" {
+		t.Fatalf("baseline: %+v %v", m, err)
+	}
+	// Every us-east-1 slot but the one in use held back: full for this request.
+	adm.d = Decision{HeldBack: map[string]int{"us-east-1": 1199}, Queued: map[string]int{"us-west-2": 7}}
+	m, err := r.m.Match(context.Background(), req("us-central", "paid", false))
+	if err != nil || m.POP != "us-west-2" || m.QueuePosition != 7 {
+		t.Fatalf("held back: %+v %v", m, err)
+	}
+	adm.d = Decision{HeldBack: map[string]int{"us-east-1": 1200, "us-west-2": 1200}}
+	_, err = r.m.Match(context.Background(), req("us-central", "paid", false))
+	if rf := refusalOf(t, err); rf.Reason != ReasonNoPOPAvailable || rf.Rejected["us-east-1"] != "event_reserved" || rf.Rejected["us-west-2"] != "event_reserved" {
+		t.Fatalf("all held back: %+v", rf)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,8 @@ import (
 	"github.com/pion/interceptor"
 	"github.com/pion/webrtc/v4"
 	"github.com/pion/webrtc/v4/pkg/media"
+
+	"github.com/oshun/egbe-edge/internal/pxmux"
 )
 
 // ProtocolVersion is sent in endpointId.protocolVersion.
@@ -48,6 +51,26 @@ type Config struct {
 	// OnIdentified, when set, is called with the committed id after every
 	// endpointIdConfirm.
 	OnIdentified func(committedID string)
+	// Simulcast sends an SFU (a playerConnected with sfu:true) three RID
+	// encodings of the pattern, scaled down 4, 2 and 1 and listed lowest
+	// first as UE does (rids simulcast3, simulcast2, simulcast1); direct
+	// players get the full size only. Width and Height must then be
+	// multiples of 64.
+	Simulcast bool
+	// SimulcastSSRC describes the simulcast layers to the SFU as an SSRC
+	// group (a=ssrc-group:SIM, libwebrtc's legacy form) instead of RIDs.
+	SimulcastSSRC bool
+	// Multiplex offers an SFU multiplex:true: it relays every player's
+	// data over the streamer's one data channel, framed with the player's
+	// id (internal/pxmux). Without it the SFU asks for per-player channels
+	// (streamerDataChannels).
+	Multiplex bool
+	// OnInput, when set, is called (on a WebRTC goroutine) with each
+	// data-channel message from a player and that player's id: a direct
+	// player's, or behind an SFU the id the SFU names it by. The streamer
+	// answers each UIInteraction with a Response "echo <playerId> <text>"
+	// on the same player's channel.
+	OnInput func(playerID string, msg []byte)
 }
 
 // Default returns a config for a local dev streamer.
@@ -85,6 +108,8 @@ func (c Config) Validate() error {
 		return bad("ping interval must be positive")
 	case c.SendQueue < 16:
 		return bad("send queue %d < 16", c.SendQueue)
+	case c.Simulcast && (c.Width%64 != 0 || c.Height%64 != 0):
+		return bad("simulcast size %dx%d: multiples of 64 (the smallest layer is a quarter)", c.Width, c.Height)
 	}
 	return nil
 }
@@ -155,6 +180,12 @@ func newAPI(cfg Config) (*webrtc.API, error) {
 	var ir interceptor.Registry
 	if err := webrtc.RegisterDefaultInterceptors(&me, &ir); err != nil {
 		return nil, fmt.Errorf("streamer: interceptors: %w", err)
+	}
+	if cfg.Simulcast {
+		// mid and rid header extensions: the receiver maps RID layers by them.
+		if err := webrtc.ConfigureSimulcastExtensionHeaders(&me); err != nil {
+			return nil, fmt.Errorf("streamer: simulcast extensions: %w", err)
+		}
 	}
 	var se webrtc.SettingEngine
 	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
@@ -304,6 +335,10 @@ type inbound struct {
 	Candidate             json.RawMessage `json:"candidate"`
 	PeerConnectionOptions json.RawMessage `json:"peerConnectionOptions"`
 	CommittedID           string          `json:"committedId"`
+	SFU                   bool            `json:"sfu"`
+	SFUID                 json.RawMessage `json:"sfuId"`
+	SendStreamID          *uint16         `json:"sendStreamId"`
+	RecvStreamID          *uint16         `json:"recvStreamId"`
 }
 
 // playerKey is the string form of a playerId (string or number).
@@ -336,7 +371,13 @@ func (s *session) handle(b []byte) (identified bool) {
 		s.log.Info("identified", "committed_id", m.CommittedID)
 		return true
 	case "playerConnected":
-		s.playerConnected(m.PlayerID)
+		s.playerConnected(m.PlayerID, m.SFU)
+	case "streamerDataChannels":
+		// An SFU's per-player channels (non-multiplexed): on the peer
+		// connection of the SFU that sfuId names.
+		if p := s.peers[playerKey(m.SFUID)]; p != nil && m.SendStreamID != nil && m.RecvStreamID != nil {
+			p.playerChannels(playerKey(m.PlayerID), *m.SendStreamID, *m.RecvStreamID)
+		}
 	case "playerDisconnected":
 		if p := s.peers[playerKey(m.PlayerID)]; p != nil {
 			p.close()
@@ -353,26 +394,29 @@ func (s *session) handle(b []byte) (identified bool) {
 				p.remoteCandidate(c)
 			}
 		}
-	case "pong", "layerPreference", "dataChannelRequest", "peerDataChannelsReady":
+	case "pong", "layerPreference", "dataChannelRequest", "peerDataChannelsReady", "streamerIdChanged":
 	default:
 		s.log.Debug("ignored message", "type", m.Type)
 	}
 	return false
 }
 
-// peer is one player's peer connection.
+// peer is one player's peer connection (or an SFU's).
 type peer struct {
 	s        *session
 	id       json.RawMessage // the playerId as the server sent it
+	key      string          // its string form
+	sfu      bool            // the peer is an SFU
 	pc       *webrtc.PeerConnection
 	stop     context.CancelFunc
 	mu       sync.Mutex
 	remote   bool                      // guarded by mu: answer applied
 	pending  []webrtc.ICECandidateInit // guarded by mu: candidates before the answer
+	chans    []*webrtc.DataChannel     // guarded by mu: an SFU's per-player channels
 	closeOne sync.Once
 }
 
-func (s *session) playerConnected(rawID json.RawMessage) {
+func (s *session) playerConnected(rawID json.RawMessage, sfu bool) {
 	key := playerKey(rawID)
 	if key == "" {
 		return
@@ -381,7 +425,7 @@ func (s *session) playerConnected(rawID json.RawMessage) {
 		old.close()
 		delete(s.peers, key)
 	}
-	p, err := s.newPeer(rawID)
+	p, err := s.newPeer(rawID, sfu)
 	if err != nil {
 		s.log.Warn("peer connection", "player", key, "err", err)
 		s.send(map[string]any{"type": "disconnectPlayer", "playerId": rawID, "reason": "streamer could not create a peer connection"})
@@ -390,28 +434,61 @@ func (s *session) playerConnected(rawID json.RawMessage) {
 	s.peers[key] = p
 }
 
-func (s *session) newPeer(rawID json.RawMessage) (*peer, error) {
+// simulcastRIDs are UE's rids, lowest resolution first, with the scale
+// of each.
+var simulcastRIDs = []struct {
+	rid   string
+	scale int
+}{{"simulcast3", 4}, {"simulcast2", 2}, {"simulcast1", 1}}
+
+func (s *session) newPeer(rawID json.RawMessage, sfu bool) (*peer, error) {
 	pc, err := s.api.NewPeerConnection(webrtc.Configuration{ICEServers: s.iceServers})
 	if err != nil {
 		return nil, err
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	p := &peer{s: s, id: rawID, pc: pc, stop: stop}
+	p := &peer{s: s, id: rawID, key: playerKey(rawID), sfu: sfu, pc: pc, stop: stop}
 	fail := func(err error) (*peer, error) { p.close(); return nil, err }
 
-	track, err := webrtc.NewTrackLocalStaticSample(h264Capability, "pixelstreaming_video_track_label", "pixelstreaming_av_stream_id")
-	if err != nil {
-		return fail(err)
-	}
-	if _, err := pc.AddTransceiverFromTrack(track, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly}); err != nil {
-		return fail(err)
+	var layers []layerOut
+	if sfu && s.cfg.Simulcast {
+		var tr *webrtc.RTPTransceiver
+		for _, l := range simulcastRIDs {
+			track := &ridTrack{rid: l.rid}
+			pattern, err := NewPatternH264(s.cfg.Width/l.scale, s.cfg.Height/l.scale)
+			if err != nil {
+				return fail(err)
+			}
+			if tr == nil {
+				if tr, err = pc.AddTransceiverFromTrack(track, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly}); err != nil {
+					return fail(err)
+				}
+			} else if err := tr.Sender().AddEncoding(track); err != nil {
+				return fail(err)
+			}
+			track.tr = tr
+			layers = append(layers, layerOut{track, pattern})
+		}
+	} else {
+		track, err := webrtc.NewTrackLocalStaticSample(h264Capability, "pixelstreaming_video_track_label", "pixelstreaming_av_stream_id")
+		if err != nil {
+			return fail(err)
+		}
+		if _, err := pc.AddTransceiverFromTrack(track, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly}); err != nil {
+			return fail(err)
+		}
+		pattern, err := NewPatternH264(s.cfg.Width, s.cfg.Height)
+		if err != nil {
+			return fail(err)
+		}
+		layers = append(layers, layerOut{sampleTrack{track}, pattern})
 	}
 	ordered := true
 	dc, err := pc.CreateDataChannel("datachannel", &webrtc.DataChannelInit{Ordered: &ordered})
 	if err != nil {
 		return fail(err)
 	}
-	dc.OnMessage(func(webrtc.DataChannelMessage) {}) // player input: ignored
+	dc.OnMessage(func(m webrtc.DataChannelMessage) { p.onData(dc, m.Data) })
 	pc.OnICECandidate(func(c *webrtc.ICECandidate) {
 		if c == nil {
 			return
@@ -430,26 +507,86 @@ func (s *session) newPeer(rawID json.RawMessage) (*peer, error) {
 	}
 	// The offer is queued before SetLocalDescription starts gathering, so
 	// every trickled candidate follows it on the socket.
-	s.send(map[string]any{"type": "offer", "playerId": rawID, "sdp": offer.SDP})
-	if err := pc.SetLocalDescription(offer); err != nil {
-		return fail(err)
+	wire := offer.SDP
+	if sfu && s.cfg.Simulcast && s.cfg.SimulcastSSRC {
+		wire = ssrcSimulcast(wire)
 	}
-	pattern, err := NewPatternH264(s.cfg.Width, s.cfg.Height)
-	if err != nil {
+	msg := map[string]any{"type": "offer", "playerId": rawID, "sdp": wire}
+	if sfu && s.cfg.Multiplex {
+		msg["multiplex"] = true
+	}
+	s.send(msg)
+	if err := pc.SetLocalDescription(offer); err != nil {
 		return fail(err)
 	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		pump(ctx, track, pattern, s.cfg.FPS)
+		pump(ctx, layers, s.cfg.FPS)
 	}()
 	return p, nil
 }
 
-// pump writes one pattern frame per tick until ctx is done. Frames written
-// before the track is negotiated are dropped by pion; every frame is an
-// IDR, so the first delivered frame decodes.
-func pump(ctx context.Context, track *webrtc.TrackLocalStaticSample, pattern *PatternH264, fps int) {
+// ssrcSimulcast rewrites a RID simulcast offer into the SSRC-group form:
+// the a=rid and a=simulcast lines go, and a=ssrc-group:SIM lists the
+// encodings' SSRCs (not their RTX repair SSRCs) in RID order, lowest
+// first. pion still sends every encoding on its SSRC.
+func ssrcSimulcast(sdp string) string {
+	lines := strings.Split(sdp, "\r\n")
+	rtx := map[string]bool{}
+	for _, l := range lines {
+		if g, ok := strings.CutPrefix(l, "a=ssrc-group:FID "); ok {
+			if f := strings.Fields(g); len(f) == 2 {
+				rtx[f[1]] = true
+			}
+		}
+	}
+	var sim []string
+	for _, l := range lines {
+		if v, ok := strings.CutPrefix(l, "a=ssrc:"); ok {
+			n, _, _ := strings.Cut(v, " ")
+			if !rtx[n] && !slices.Contains(sim, n) {
+				sim = append(sim, n)
+			}
+		}
+	}
+	out := make([]string, 0, len(lines)+1)
+	added := false
+	for _, l := range lines {
+		if strings.HasPrefix(l, "a=rid:") || strings.HasPrefix(l, "a=simulcast:") {
+			continue
+		}
+		if !added && strings.HasPrefix(l, "a=ssrc") && len(sim) > 1 {
+			out = append(out, "a=ssrc-group:SIM "+strings.Join(sim, " "))
+			added = true
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\r\n")
+}
+
+// layerOut is one encoding of the pattern and its track.
+type layerOut struct {
+	track   frameWriter
+	pattern *PatternH264
+}
+
+// frameWriter sends one access unit.
+type frameWriter interface{ WriteSample(sampleOut) error }
+
+// sampleTrack is a pion sample track as a frameWriter.
+type sampleTrack struct {
+	t *webrtc.TrackLocalStaticSample
+}
+
+func (s sampleTrack) WriteSample(x sampleOut) error {
+	return s.t.WriteSample(media.Sample{Data: x.Data, Duration: x.Duration})
+}
+
+// pump writes one pattern frame per tick to every layer until ctx is
+// done. Frames written before the track is negotiated are dropped by
+// pion; every frame is an IDR, so the first delivered frame decodes.
+func pump(ctx context.Context, layers []layerOut, fps int) {
 	interval := time.Second / time.Duration(fps)
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -459,9 +596,61 @@ func pump(ctx context.Context, track *webrtc.TrackLocalStaticSample, pattern *Pa
 			return
 		case <-t.C:
 		}
-		if err := track.WriteSample(media.Sample{Data: pattern.Frame(n), Duration: interval}); err != nil {
-			return
+		for _, l := range layers {
+			if err := l.track.WriteSample(sampleOut{Data: l.pattern.Frame(n), Duration: interval}); err != nil {
+				return
+			}
 		}
+	}
+}
+
+// onData handles a message on the peer's own channel: a direct player's
+// input, or (multiplexed) any player's behind the SFU, framed with its id.
+func (p *peer) onData(dc *webrtc.DataChannel, b []byte) {
+	if !p.sfu {
+		p.input(p.key, b, func(r []byte) { _ = dc.Send(r) })
+		return
+	}
+	if !p.s.cfg.Multiplex {
+		return // non-multiplexed, player data comes on per-player channels
+	}
+	typ, id, rest, err := pxmux.Parse(b)
+	if err != nil || typ != pxmux.Multiplexed {
+		return // relay status (198), or not a frame
+	}
+	p.input(id, rest, func(r []byte) { _ = dc.Send(pxmux.Frame(id, r)) })
+}
+
+// playerChannels opens an SFU's two channels for one of its players
+// (streamerDataChannels): the streamer sends on send, receives on recv.
+func (p *peer) playerChannels(playerID string, send, recv uint16) {
+	yes := true
+	out, err := p.pc.CreateDataChannel("send-datachannel", &webrtc.DataChannelInit{Ordered: &yes, Negotiated: &yes, ID: &send})
+	if err != nil {
+		p.s.log.Warn("player channel", "player", playerID, "err", err)
+		return
+	}
+	in, err := p.pc.CreateDataChannel("recv-datachannel", &webrtc.DataChannelInit{Ordered: &yes, Negotiated: &yes, ID: &recv})
+	if err != nil {
+		_ = out.Close()
+		p.s.log.Warn("player channel", "player", playerID, "err", err)
+		return
+	}
+	in.OnMessage(func(m webrtc.DataChannelMessage) {
+		p.input(playerID, m.Data, func(r []byte) { _ = out.Send(r) })
+	})
+	p.mu.Lock()
+	p.chans = append(p.chans, out, in)
+	p.mu.Unlock()
+}
+
+// input reports a player's message and echoes a UIInteraction.
+func (p *peer) input(playerID string, b []byte, reply func([]byte)) {
+	if f := p.s.cfg.OnInput; f != nil {
+		f(playerID, b)
+	}
+	if text, err := pxmux.DecodeString(pxmux.UIInteraction, b); err == nil {
+		reply(pxmux.EncodeResponse("echo " + playerID + " " + text))
 	}
 }
 

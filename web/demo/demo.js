@@ -26,7 +26,7 @@ async function devToken() {
   const sub = 'demo-' + Math.random().toString(36).slice(2, 10);
   const r = await fetch('/v6/dev/token', {
     method: 'POST', headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ sub, tenant: 'tara-studio', region: 'gb', entitlement: 'free', roles: [] }),
+    body: JSON.stringify({ sub, tenant: 'tara-studio', region: DEMO_REGION, entitlement: 'free', roles: [] }),
   });
   if (!r.ok) throw new Error('dev token: HTTP ' + r.status);
   return (await r.json()).token;
@@ -182,6 +182,7 @@ function onMessage(env) {
     $('session').textContent = h.sessionId; $('shard').textContent = h.shardId;
     $('acceptance').textContent = ['?', 'ACCEPTED', 'DEGRADED', 'REJECTED'][h.acceptance] || h.acceptance;
     if (h.acceptance === 3 || h.acceptance === 'REJECTED') { setState('rejected'); return; }
+    sessionStorage.removeItem('egbe.queueTrips');
     setState('connected');
     log('hello', h);
     if (params.get('squad')) conn?.send({ voice: { joinSquad: params.get('squad') } });
@@ -207,6 +208,14 @@ function onMessage(env) {
     count('error');
     egbe.errors.push(env.error);
     log('error', env.error);
+    if (egbe.state === 'hello' && !resumeAwaited && ROOM_CODES.includes(env.error.code)) {
+      // The waiting room is armed (or the ticket we had lapsed): take a
+      // place in line; the queue page sends us back with a ticket.
+      disconnect();
+      setState('queued');
+      goToQueue();
+      return;
+    }
     if (egbe.state === 'hello' && resumeAwaited) {
       // An Error instead of a ServerHello: the resume was refused
       // (revoked, expired, the shard gone for good); do not retry.
@@ -243,10 +252,43 @@ async function open(token, resumeToken) {
   egbe.transport = conn.kind; $('t').textContent = conn.kind;
   setState('hello');
   resumeAwaited = !!resumeToken;
+  // An admission ticket from the queue page (one use: a resume needs none).
+  const admissionTicket = resumeToken ? '' : sessionStorage.getItem(ADMISSION_KEY) || '';
+  if (admissionTicket) {
+    sessionStorage.removeItem(ADMISSION_KEY);
+    egbe.admissionTicketUsed = true;
+    log('presenting the admission ticket from the waiting room');
+  }
   conn.send({ hello: {
     accessToken: token, instanceId: $('instance').value, authorityKind: 2, protocolVersion: 1,
     capabilities: CAPABILITIES, rendererProfile: { renderer: 1 }, ...(resumeToken ? { resumeToken } : {}),
+    ...(admissionTicket ? { admissionTicket } : {}),
   } });
+}
+
+// The waiting room: a hello refused for a missing or spent ticket sends
+// the page to /queue/, which comes back here once admitted, with the
+// admission ticket in sessionStorage.
+const ADMISSION_KEY = 'egbe.admission';
+const ROOM_CODES = ['admission_ticket_required', 'admission_denied'];
+const DEMO_REGION = 'gb';
+
+function goToQueue() {
+  // A ticket refused again and again (it lapsed on the way back) must not
+  // bounce the page between here and the queue forever.
+  const trips = Number(sessionStorage.getItem('egbe.queueTrips') || 0) + 1;
+  sessionStorage.setItem('egbe.queueTrips', String(trips));
+  if (trips > 3) {
+    setState('failed');
+    egbe.errors.push({ code: 'client', message: 'the waiting room kept refusing the admission ticket' });
+    return;
+  }
+  const back = new URL(location.href);
+  back.searchParams.set('auto', '1');
+  const q = new URLSearchParams({ region: DEMO_REGION, return: back.pathname + back.search });
+  if (params.get('interval')) q.set('interval', params.get('interval'));
+  log('the waiting room is armed: joining the line');
+  location.assign('/queue/?' + q);
 }
 
 async function connect() {

@@ -16,8 +16,18 @@ if (q.get('streamer')) settings.StreamerId = q.get('streamer');
 Logger.InitLogging?.(1, false);
 
 const epic = (window.epic = {
-  events: {}, at: {}, framesReceived: 0, framesDecoded: 0, stats: 0, subscribeFailed: null, errors: [],
+  events: {}, at: {}, framesReceived: 0, framesDecoded: 0, stats: 0, subscribeFailed: null, errors: [], closes: [],
+  frameWidth: 0, responses: [],
 });
+// Record every WebSocket close the library sees (the signalling socket):
+// the page observes the library, it does not change it.
+const NativeWebSocket = window.WebSocket;
+window.WebSocket = class extends NativeWebSocket {
+  constructor(...args) {
+    super(...args);
+    this.addEventListener('close', (e) => epic.closes.push({ code: e.code, reason: e.reason }));
+  }
+};
 const config = new Config({ useUrlParams: false, initialSettings: settings });
 const ps = new PixelStreaming(config, { videoElementParent: document.getElementById('player') });
 for (const name of ['webRtcConnecting', 'webRtcConnected', 'webRtcSdp', 'videoInitialized', 'playStream',
@@ -36,5 +46,12 @@ ps.addEventListener('statsReceived', (e) => {
   const codecs = e.data.aggregatedStats.codecs;
   if (codecs && codecs.values) epic.codec = [...codecs.values()].map((c) => c.mimeType).join(' ');
   if (epic.framesReceived > 0) epic.at.framesReceived ??= Math.round(performance.now());
+  epic.frameWidth = v.frameWidth || 0;
 });
+// Through an SFU: the stream's Preferred Quality (Low, Medium, High) sends
+// layerPreference; input goes out as UIInteraction; Response messages the
+// streamer sends back are collected.
+ps.addResponseEventListener('egbe-test', (r) => epic.responses.push(String(r)));
+window.setQuality = (q) => ps.config.setOptionSettingValue('PreferredQuality', q);
+window.sendInput = (text) => ps.emitUIInteraction(text);
 window.addEventListener('error', (e) => epic.errors.push(String(e.message)));

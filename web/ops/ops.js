@@ -18,6 +18,9 @@ const CHARTS = [
   { id: 'pops', title: 'Pixel Streaming POP utilisation (%)', families: ['egbe_pxstream_pop_utilisation_ratio'], by: 'pop', scale: 100 },
   { id: 'queue', title: 'Waiting room depth', families: ['egbe_admission_queue_depth'], by: 'region' },
   { id: 'drain', title: 'Waiting room drain rate (admits/min)', families: ['egbe_admission_drain_rate_per_minute'], by: 'region' },
+  { id: 'turn', title: 'TURN allocations', families: ['egbe_turn_allocations'], by: 'transport' },
+  { id: 'turnbytes', title: 'TURN relayed (Mbit/s)', families: ['egbe_turn_relayed_bytes_total'], by: 'direction', rate: true, scale: 8 / 1e6 },
+  { id: 'turnrefusals', title: 'TURN refusals by reason (per s)', families: ['egbe_turn_refusals_total'], by: 'reason', rate: true, nonzero: true },
 ];
 
 const state = window.opsState = { polls: 0, charts: {}, errors: [] };
@@ -29,6 +32,7 @@ function familyPoints(snap, chart) {
   for (const fam of chart.families) {
     for (const s of snap.families[fam] || []) {
       if (chart.filter && !chart.filter(s.labels)) continue;
+      if (chart.nonzero && !s.value) continue; // a counter that never moved: no series
       const key = chart.by === '__name__' ? fam.replace(/^egbe_sfu_|_total$/g, '') : (s.labels[chart.by] || 'all');
       const k = fam + '|' + JSON.stringify(s.labels);
       let v = s.value;
@@ -87,7 +91,8 @@ function draw(chart) {
   el.querySelector('.legend').innerHTML = labels.length
     ? labels.map((l, i) => `<span style="--c:${COLORS[i % COLORS.length]}">${l}: ${fmt(data[l].at(-1).v)}</span>`).join('')
     : '<em>no data yet</em>';
-  state.charts[chart.id] = { series: labels.length, points: labels.reduce((n, l) => n + data[l].length, 0) };
+  state.charts[chart.id] = { series: labels.length, points: labels.reduce((n, l) => n + data[l].length, 0),
+    last: Object.fromEntries(labels.map((l) => [l, data[l].at(-1).v])) };
 }
 
 function fmt(v) { return v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2); }

@@ -16,16 +16,20 @@ import (
 	"math/big"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/oshun/egbe-edge/codec"
 )
 
-// ALPN is the TLS application protocol of a shard link.
-const ALPN = "egbe-link/1"
+// ALPN is the TLS application protocol of a shard link. It names the
+// protocol version, so an edge and a shard of different versions fail the
+// TLS handshake instead of misreading each other's frames.
+const ALPN = "egbe-link/2"
 
-// Version is LinkHello.version / LinkShardHello.version.
-const Version = 1
+// Version is LinkHello.version / LinkShardHello.version: 2 multiplexes
+// sessions over lanes (codec/link.proto).
+const Version = 2
 
 // MaxFrameSize bounds one link frame. A 2,000-entity snapshot is ~60 KiB; the
 // limit leaves room for larger instances while bounding what one bad frame can
@@ -44,7 +48,9 @@ const (
 // ErrBadFrame: a link frame did not decode.
 var ErrBadFrame = errors.New("linkio: malformed link frame")
 
-// Reader reads length-prefixed frames from one stream. Owned by one goroutine.
+// Reader reads length-prefixed frames from one stream. Owned by one
+// goroutine. An edge has one per link stream (control and lanes), not one
+// per session.
 type Reader struct {
 	r   *bufio.Reader
 	buf []byte
@@ -52,6 +58,9 @@ type Reader struct {
 
 // NewReader wraps r.
 func NewReader(r io.Reader) *Reader { return &Reader{r: bufio.NewReaderSize(r, 16<<10)} }
+
+// Next returns the next frame's body, valid until the next read.
+func (r *Reader) Next() ([]byte, error) { return r.next() }
 
 func (r *Reader) next() ([]byte, error) {
 	b, err := codec.ReadFrame(r.r, r.buf, MaxFrameSize)
@@ -80,6 +89,20 @@ func (r *Reader) ReadShard(f *codec.LinkShardFrame) error {
 		return err
 	}
 	return DecodeShard(b, f)
+}
+
+// ReadShardFrame reads one shard -> edge frame into f with the edge's
+// protowire decoder (codec.DecodeShardFrame: no reflection, no allocation
+// for snapshots, acks and pongs).
+func (r *Reader) ReadShardFrame(f *codec.ShardFrame) error {
+	b, err := r.next()
+	if err != nil {
+		return err
+	}
+	if err := codec.DecodeShardFrame(b, f); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadFrame, err)
+	}
+	return nil
 }
 
 // DecodeEdge decodes one edge -> shard frame body.
@@ -112,14 +135,28 @@ func DecodeShard(b []byte, f *codec.LinkShardFrame) error {
 
 // AppendFrame appends m, length-prefixed, to dst.
 func AppendFrame(dst []byte, m proto.Message) ([]byte, error) {
-	body, err := proto.MarshalOptions{}.MarshalAppend(nil, m)
+	start := len(dst)
+	out, err := codec.AppendLinkFrame(dst, m)
 	if err != nil {
 		return dst, fmt.Errorf("linkio: marshal: %w", err)
 	}
-	if len(body) > MaxFrameSize {
-		return dst, fmt.Errorf("%w: %d bytes", codec.ErrFrameTooLarge, len(body))
+	if n := len(out) - start; n > MaxFrameSize+4 {
+		return dst[:start], fmt.Errorf("%w: %d bytes", codec.ErrFrameTooLarge, n)
 	}
-	return codec.AppendFrame(dst, body), nil
+	return out, nil
+}
+
+// SessionFrame returns one length-prefixed frame: body (an encoded
+// LinkShardFrame or LinkEdgeFrame without its session field) for session.
+// A message encoded once can so be addressed to many sessions: protobuf
+// fields may come in any order, so the session field is simply prepended.
+func SessionFrame(session uint32, body []byte) []byte {
+	n := 1 + protowire.SizeVarint(uint64(session)) + len(body)
+	b := make([]byte, 0, protowire.SizeVarint(uint64(n))+n)
+	b = protowire.AppendVarint(b, uint64(n))
+	b = protowire.AppendTag(b, 15, protowire.VarintType) // LinkShardFrame.session, LinkEdgeFrame.session
+	b = protowire.AppendVarint(b, uint64(session))
+	return append(b, body...)
 }
 
 // Frame returns m as one length-prefixed frame.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/oshun/egbe-edge/codec"
 )
 
@@ -105,4 +107,18 @@ func FuzzLinkFrame(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSessionFrame: a body encoded once and addressed by SessionFrame
+// decodes as the frame with that session.
+func TestSessionFrame(t *testing.T) {
+	want := &codec.LinkShardFrame{Session: 1 << 20, Msg: &codec.LinkShardFrame_SessionEvent{SessionEvent: &codec.WorldEvent{Seq: 3, Kind: "action.wave"}}}
+	body, err := proto.Marshal(&codec.LinkShardFrame{Msg: want.Msg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got codec.LinkShardFrame
+	if err := NewReader(bytes.NewReader(SessionFrame(want.Session, body))).ReadShard(&got); err != nil || !proto.Equal(&got, want) {
+		t.Fatalf("got %v, %v", &got, err)
+	}
 }

@@ -1,0 +1,99 @@
+package edge
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/turnrelay"
+)
+
+// turnCredentialTTL is the lifetime of a TURN credential minted for a
+// connection whose session lifetime is not known. A relay ends with its
+// credential, so it must outlast a long stream.
+const turnCredentialTTL = 6 * time.Hour
+
+// turnPlane is the embedded TURN server (nil when --turn is off) and the
+// issuer minting credentials for it and for the --turn-url servers (nil
+// when neither is configured).
+type turnPlane struct {
+	srv    *turnrelay.Server
+	issuer *turnrelay.Issuer
+}
+
+// buildTURN starts the embedded TURN server, which serves from here until
+// the edge's closers run (after the drain: relayed clients keep their path
+// while they are told to move), and builds the credential issuer.
+func (e *Edge) buildTURN() error {
+	e.turn = &turnPlane{}
+	if e.cfg.TURN == "" && len(e.cfg.TURNURLs) == 0 {
+		return nil
+	}
+	secret := []byte(e.cfg.TURNSecret)
+	if len(secret) == 0 {
+		secret = auth.RandomSecret()
+		e.log.Warn("EGBE_TURN_SECRET is not set: TURN credentials use a random secret, so no other edge and no --turn-url server accepts them (dev only)")
+	}
+	port, host := 0, ""
+	if len(e.cfg.PublicIPs) > 0 {
+		host = e.cfg.PublicIPs[0]
+	}
+	if e.cfg.TURN != "" {
+		tc := turnrelay.Default()
+		tc.Listen = e.cfg.TURN
+		tc.RelayPorts, _ = turnrelay.ParsePortRange(e.cfg.TURNRelayPorts) // checked by Validate
+		tc.Secret = secret
+		tc.AllowLoopbackPeers = e.cfg.Mode == ModeDev
+		tc.AllowPeers = e.cfg.TURNAllowPeers
+		if host != "" {
+			tc.RelayIP = host
+		}
+		srv, err := turnrelay.New(tc, turnrelay.Deps{Logger: e.base, Registerer: e.reg})
+		if err != nil {
+			return err
+		}
+		e.turn.srv = srv
+		e.closers = append(e.closers, srv.Close)
+		e.drainers = append(e.drainers, func(context.Context) error { srv.Drain(); return nil })
+		port = srv.Port()
+		e.log.Info("TURN listening", "udp", srv.UDPAddr().String(), "tcp", srv.TCPAddr().String(),
+			"relay_ip", srv.RelayIP().String(), "relay_ports", tc.RelayPorts.String(), "loopback_peers", tc.AllowLoopbackPeers)
+		if host == "" {
+			if ip, _ := netip.ParseAddr(hostOf(e.cfg.TURN)); !ip.IsValid() || ip.IsUnspecified() {
+				e.log.Warn("TURN relays announce " + srv.RelayIP().String() + ", which only this machine reaches: set --public-ip")
+			}
+		}
+	}
+	iss, err := turnrelay.NewIssuer(turnrelay.IssuerConfig{Secret: secret, Port: port, Host: host, External: e.cfg.TURNURLs, TTL: turnCredentialTTL})
+	if err != nil {
+		return err
+	}
+	e.turn.issuer = iss
+	return nil
+}
+
+// iceServers is what one WebRTC connection is handed: the configured
+// static servers, then the embedded TURN server and the --turn-url servers
+// with a credential minted for subject that lasts lifetime (the session's;
+// 0 for turnCredentialTTL). host is the name the client reached the edge
+// at (for the embedded server's URL when there is no --public-ip).
+func (e *Edge) iceServers(subject string, lifetime time.Duration, host string) turnrelay.Options {
+	out := turnrelay.Options{ICEServers: []turnrelay.ICEServer{}}
+	for _, s := range e.cfg.ICEServers {
+		out.ICEServers = append(out.ICEServers, turnrelay.ICEServer{URLs: s.URLs, Username: s.Username, Credential: s.Credential})
+	}
+	if e.turn != nil && e.turn.issuer != nil {
+		out.ICEServers = append(out.ICEServers, e.turn.issuer.Mint(subject, lifetime, hostOf(host)).ICEServers...)
+	}
+	return out
+}
+
+// hostOf is the host of "host:port" or a bare host.
+func hostOf(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return hostport
+}

@@ -1,0 +1,119 @@
+// Bundles the player page (src/main.js with Epic's frontend libraries)
+// into player.js once, writes the licence notice of everything bundled
+// (THIRD_PARTY_LICENSES.txt) and bundle.json, which records what the
+// bundle was built from: the hashes of the inputs, the version and
+// integrity of each bundled package as package-lock.json pins it, and the
+// hashes of the outputs. web/pxplayer_test.go re-checks bundle.json
+// against the lock file and the committed files.
+//
+// Run from web/ (scripts/build-player.sh does):
+//   node pxplayer/build.mjs          build twice, check both builds are
+//                                    identical, write the outputs
+//   node pxplayer/build.mjs --check  build twice and fail unless the
+//                                    committed outputs are what a build
+//                                    makes now (reproducibility)
+import * as esbuild from 'esbuild';
+import { createHash } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const check = process.argv.includes('--check');
+const dir = 'pxplayer';
+const inputs = ['pxplayer/src/main.js', 'pxplayer/build.mjs'];
+const sha256 = (b) => 'sha256:' + createHash('sha256').update(b).digest('hex');
+
+// Epic publishes its packages under MIT without a LICENSE file in the
+// tarball; this is the notice of their repository
+// (github.com/EpicGamesExt/PixelStreamingInfrastructure, LICENSE.md).
+const MIT = `Permission is hereby granted, free of charge, to any person obtaining a copy of this software and associated documentation files (the "Software"), to deal in the Software without restriction, including without limitation the rights to use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies of the Software, and to permit persons to whom the Software is furnished to do so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all copies or substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.`;
+const copyrightFor = (pkg) =>
+  pkg.name.startsWith('@epicgames-ps/') ? 'Copyright 2004-2025, Epic Games, Inc.'
+    : 'Copyright (c) ' + (typeof pkg.author === 'string' ? pkg.author : (pkg.author && pkg.author.name) || pkg.name);
+
+async function build() {
+  const r = await esbuild.build({
+    entryPoints: ['pxplayer/src/main.js'],
+    bundle: true,
+    format: 'esm',
+    target: 'chrome110',
+    minify: true,
+    legalComments: 'none', // the notices go to THIRD_PARTY_LICENSES.txt
+    charset: 'utf8',
+    define: { 'process.env.NODE_ENV': '"production"' },
+    metafile: true,
+    write: false,
+    logLevel: 'warning',
+  });
+  return { js: r.outputFiles[0].contents, meta: r.metafile };
+}
+
+// packageDir is the node_modules/... directory an input file belongs to.
+function packageDir(file) {
+  const parts = file.split('/');
+  let at = -1;
+  for (let i = 0; i < parts.length; i++) if (parts[i] === 'node_modules') at = i;
+  if (at < 0) return null;
+  const n = parts[at + 1].startsWith('@') ? 2 : 1;
+  return parts.slice(0, at + 1 + n).join('/');
+}
+
+function licenceText(pkgDir, pkg) {
+  const f = readdirSync(pkgDir).find((n) => /^(licen[cs]e|copying)(\.(md|txt))?$/i.test(n));
+  if (f) return readFileSync(join(pkgDir, f), 'utf8').trim();
+  if (pkg.license === 'MIT') return copyrightFor(pkg) + '\n\n' + MIT;
+  throw new Error(`${pkg.name}: no licence file and licence ${pkg.license}: add its notice to build.mjs`);
+}
+
+const lock = JSON.parse(readFileSync('package-lock.json', 'utf8'));
+const a = await build();
+const b = await build();
+if (Buffer.compare(Buffer.from(a.js), Buffer.from(b.js)) !== 0) {
+  console.error('build-player: two builds differ: the bundle is not reproducible');
+  process.exit(1);
+}
+
+const dirs = [...new Set(Object.keys(a.meta.inputs).map(packageDir).filter(Boolean))].sort();
+const packages = {};
+const notices = [];
+for (const d of dirs) {
+  const pkg = JSON.parse(readFileSync(join(d, 'package.json'), 'utf8'));
+  const entry = lock.packages[d];
+  if (!entry || entry.version !== pkg.version) {
+    throw new Error(`${d}: installed ${pkg.version}, lock ${entry && entry.version}: run npm ci in web/`);
+  }
+  packages[d] = { version: entry.version, integrity: entry.integrity };
+  notices.push(`== ${pkg.name}@${pkg.version} (${pkg.license}) ==\n${(pkg.repository && (pkg.repository.url || pkg.repository)) || ''}\n\n${licenceText(d, pkg)}\n`);
+}
+const licences = 'Third-party software bundled in player.js (generated by scripts/build-player.sh).\n\n' + notices.join('\n');
+const esb = lock.packages['node_modules/esbuild'];
+const record = {
+  generator: 'scripts/build-player.sh',
+  esbuild: { version: esb.version, integrity: esb.integrity },
+  inputs: Object.fromEntries(inputs.map((f) => [f, sha256(readFileSync(f))])),
+  packages,
+  outputs: { 'player.js': sha256(a.js), 'THIRD_PARTY_LICENSES.txt': sha256(licences) },
+};
+const files = {
+  'player.js': Buffer.from(a.js),
+  'THIRD_PARTY_LICENSES.txt': Buffer.from(licences),
+  'bundle.json': Buffer.from(JSON.stringify(record, null, 2) + '\n'),
+};
+if (check) {
+  let bad = 0;
+  for (const [name, body] of Object.entries(files)) {
+    const p = join(dir, name);
+    if (!existsSync(p) || Buffer.compare(readFileSync(p), body) !== 0) {
+      console.error(`build-player: ${p} is not what a build makes now: run scripts/build-player.sh and commit`);
+      bad++;
+    }
+  }
+  if (bad) process.exit(1);
+  console.log(`build-player: the committed bundle is reproducible (${files['player.js'].length} bytes, ${dirs.length} packages)`);
+} else {
+  for (const [name, body] of Object.entries(files)) writeFileSync(join(dir, name), body);
+  console.log(`build-player: wrote ${dir}/player.js (${files['player.js'].length} bytes, ${dirs.length} packages), THIRD_PARTY_LICENSES.txt, bundle.json`);
+}
