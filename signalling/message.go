@@ -235,12 +235,48 @@ func (m *Message) Without(key string) []byte {
 // WithString returns a new frame whose key member is the JSON string val:
 // replaced in place when present (duplicates dropped), appended otherwise.
 func (m *Message) WithString(key, val string) []byte {
-	q, _ := json.Marshal(val)
-	return m.rebuild(key, q)
+	return m.rebuild(key, appendQuote(nil, val))
 }
 
+// rebuild is the frame with every key member removed (val nil), or with
+// its first key member's value replaced by the JSON value val (appended
+// when there is none) and the others removed. Every other member keeps
+// its bytes and order.
 func (m *Message) rebuild(key string, val []byte) []byte {
-	out := make([]byte, 0, len(m.Raw)+len(key)+len(val)+4)
+	return m.appendRebuilt(make([]byte, 0, m.rebuiltLen(key, val)), key, val)
+}
+
+// rebuiltLen is len(m.rebuild(key, val)), computed without building it
+// (a socket's frame header comes first).
+func (m *Message) rebuiltLen(key string, val []byte) int {
+	n, members := 2, 0 // the braces
+	done := val == nil
+	for j := 0; j < m.n; j++ {
+		mb := &m.members[j]
+		if m.keyIs(mb, key) {
+			if done {
+				continue
+			}
+			done = true
+			n += mb.val.lo - mb.all.lo + len(val)
+		} else {
+			n += mb.all.hi - mb.all.lo
+		}
+		members++
+	}
+	if !done {
+		var q [64]byte
+		n += len(strconv.AppendQuote(q[:0], key)) + 1 + len(val)
+		members++
+	}
+	if members > 1 {
+		n += members - 1 // commas
+	}
+	return n
+}
+
+// appendRebuilt appends m.rebuild(key, val) to out.
+func (m *Message) appendRebuilt(out []byte, key string, val []byte) []byte {
 	out = append(out, '{')
 	done := val == nil
 	first := true
