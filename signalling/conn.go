@@ -91,7 +91,7 @@ type conn struct {
 	closeCode   int       // guarded by mu (proxies: the close relay.go sends on)
 	closeReason string    // guarded by mu
 	wbuf        *[]byte   // guarded by mu: frames not yet handed to a write; nil when none
-	nbuf        int       // guarded by mu: frames (and pongs) in wbuf
+	nbuf        int       // guarded by mu: frames in wbuf
 	writing     bool      // guarded by mu: a flush or the writer goroutine owns the socket's writes
 	listed      bool      // guarded by mu: on the flush list
 	finished    bool      // guarded by mu: the reader is done; writes end by finishBy
@@ -244,6 +244,7 @@ func (c *conn) closeWith(code int, reason string) {
 	}
 	w := c.bufLocked()
 	*w = wsframe.AppendClose(*w, code, c.closeReason)
+	c.nbuf++
 	_ = c.bc.Conn.SetReadDeadline(time.Now().Add(c.s.cfg.CloseGrace))
 	c.queuedLocked()
 }
@@ -280,8 +281,7 @@ func (c *conn) flush() {
 	}
 	c.writing = true
 	for c.wbuf != nil {
-		w := c.wbuf
-		c.wbuf, c.nbuf = nil, 0
+		w := c.takeLocked()
 		c.mu.Unlock()
 		n, err := c.tryWrite(*w)
 		if err == nil && n < len(*w) {
@@ -309,6 +309,7 @@ func (c *conn) tryWrite(b []byte) (int, error) {
 	if c.raw == nil {
 		return 0, nil
 	}
+	c.s.met.writes.Inc()
 	c.wb, c.wn, c.wferr = b, 0, nil
 	err := c.raw.Write(c.writeFn)
 	n, ferr := c.wn, c.wferr
@@ -352,6 +353,7 @@ func (c *conn) writeLoop(w *[]byte, off int) {
 		// Under mu, so finish's earlier deadline is never overwritten.
 		_ = c.bc.Conn.SetWriteDeadline(dl)
 		c.mu.Unlock()
+		c.s.met.writes.Inc()
 		_, err := c.bc.Conn.Write(b)
 		putWriteBuf(w)
 		c.mu.Lock()
@@ -362,8 +364,7 @@ func (c *conn) writeLoop(w *[]byte, off int) {
 		if c.wbuf == nil {
 			break
 		}
-		w = c.wbuf
-		c.wbuf, c.nbuf = nil, 0
+		w = c.takeLocked()
 		b = *w
 	}
 	if !c.finished {
@@ -373,6 +374,15 @@ func (c *conn) writeLoop(w *[]byte, off int) {
 	c.writing = false
 	c.wrote.Broadcast()
 	c.mu.Unlock()
+}
+
+// takeLocked takes the write buffer (not nil) for a write. Called with mu
+// held by the holder of the write token.
+func (c *conn) takeLocked() *[]byte {
+	w := c.wbuf
+	c.s.met.frames.Add(float64(c.nbuf))
+	c.wbuf, c.nbuf = nil, 0
+	return w
 }
 
 // failLocked: a write failed; nothing more is written and the connection
@@ -590,6 +600,7 @@ func (c *conn) answerClose(code int) {
 	c.closing = true
 	w := c.bufLocked()
 	*w = wsframe.AppendClose(*w, code, "")
+	c.nbuf++
 	c.queuedLocked()
 }
 
@@ -703,13 +714,14 @@ func (c *conn) finish() {
 	for c.writing {
 		c.wrote.Wait()
 	}
-	w, failed := c.wbuf, c.werr != nil
-	c.wbuf, c.nbuf = nil, 0
+	var w *[]byte
+	if c.wbuf != nil && c.werr == nil {
+		w = c.takeLocked()
+	}
 	c.mu.Unlock()
 	if w != nil {
-		if !failed {
-			_, _ = c.bc.Conn.Write(*w)
-		}
+		c.s.met.writes.Inc()
+		_, _ = c.bc.Conn.Write(*w)
 		putWriteBuf(w)
 	}
 	if c.rb != nil {
