@@ -355,7 +355,7 @@ func (s *Server) serveStreamer(w http.ResponseWriter, r *http.Request) {
 // streamerReader is a streamer socket's reader. It has its own goroutine
 // (counted in s.wg by upgrade) so the HTTP server's goroutine ends with the
 // upgrade and frees the request's buffers: an idle socket keeps only its
-// reader, writer and WebSocket state.
+// reader goroutine and its conn (no buffer: conn.go).
 func (s *Server) streamerReader(c *conn, authErr error, pop string, codecs []string, tokenID string) {
 	defer s.release(c)
 	if authErr != nil {
