@@ -77,11 +77,18 @@ type Stats struct {
 	Errors    uint64 // packets the kernel refused (skipped)
 	TimedOut  uint64 // batches flushed by maxHold while corked
 	Oversized uint64 // packets larger than a slot, written through
+	// Held counts the batches whose first packet had to wait (under a
+	// cork, or behind another goroutine's sendmmsg); HoldNanos is the sum
+	// and HoldMaxNanos the longest of those waits, from the first
+	// packet's queueing to the start of its sendmmsg: the latency the
+	// batching adds (later packets of a batch wait less).
+	Held, HoldNanos, HoldMaxNanos uint64
 }
 
 // batch is one sendmmsg worth of packets.
 type batch struct {
 	n    int
+	t0   int64                    // monotonic ns its first packet waited from; 0: sent at once
 	bufs [maxBatch][]byte         // cap slotSize each; len = packet
 	dst  [maxBatch]netip.AddrPort // destination per packet
 }
@@ -126,6 +133,7 @@ type batchConn struct {
 
 	st struct {
 		packets, syscalls, messages, segments, errors, timedOut, oversized atomic.Uint64
+		held, holdNanos, holdMax                                           atomic.Uint64
 	}
 }
 
@@ -237,6 +245,9 @@ func (c *batchConn) WriteToAddrPort(b []byte, to netip.AddrPort) (int, error) {
 	p.bufs[p.n] = append(p.bufs[p.n][:0], b...)
 	p.dst[p.n] = to
 	p.n++
+	if p.n == 1 && (c.corks > 0 || c.flushing) {
+		p.t0 = monoNow() // it will wait: time it (a lone write does not)
+	}
 	switch {
 	case c.flushing:
 		// The goroutine sending now takes this batch next.
@@ -296,6 +307,10 @@ func (c *batchConn) flushLocked(force bool) {
 			c.hold.Stop()
 		}
 		c.mu.Unlock()
+		if b.t0 != 0 {
+			c.held(monoNow() - b.t0)
+			b.t0 = 0
+		}
 		c.send(b)
 		c.mu.Lock()
 		b.n = 0
@@ -308,6 +323,24 @@ func (c *batchConn) flushLocked(force bool) {
 		c.hold.Reset(maxHold)
 	}
 	c.flushing = false
+}
+
+// monoStart anchors monoNow.
+var monoStart = time.Now()
+
+// monoNow is monotonic nanoseconds (never 0: a batch's t0 of 0 is unset).
+func monoNow() int64 { return int64(time.Since(monoStart)) + 1 }
+
+// held records a batch's first packet's wait of d nanoseconds.
+func (c *batchConn) held(d int64) {
+	c.st.held.Add(1)
+	c.st.holdNanos.Add(uint64(d))
+	for {
+		m := c.st.holdMax.Load()
+		if uint64(d) <= m || c.st.holdMax.CompareAndSwap(m, uint64(d)) {
+			return
+		}
+	}
 }
 
 // flusher sends batches a cork kept waiting longer than maxHold. It wakes
@@ -471,6 +504,7 @@ func (c *batchConn) stats() Stats {
 		Packets: c.st.packets.Load(), Syscalls: c.st.syscalls.Load(), Messages: c.st.messages.Load(),
 		Segments: c.st.segments.Load(), Errors: c.st.errors.Load(), TimedOut: c.st.timedOut.Load(),
 		Oversized: c.st.oversized.Load(),
+		Held:      c.st.held.Load(), HoldNanos: c.st.holdNanos.Load(), HoldMaxNanos: c.st.holdMax.Load(),
 	}
 }
 

@@ -207,18 +207,26 @@ func TestBatchFlushOnIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 2*time.Second, "an uncorked packet", func() bool { return s.count() == 1 })
+	if st := bc.stats(); st.Held != 0 {
+		t.Fatalf("a lone write counted as held: %+v", st)
+	}
 
 	bc.cork()
 	_, _ = bc.WriteToAddrPort(pkt(0, 1, 50), s.ap)
 	_, _ = bc.WriteToAddrPort(pkt(0, 2, 50), s.ap)
 	bc.uncork()
 	waitFor(t, 2*time.Second, "packets at uncork", func() bool { return s.count() == 3 })
+	if st := bc.stats(); st.Held != 1 || st.HoldNanos == 0 || st.HoldNanos != st.HoldMaxNanos {
+		t.Fatalf("one corked batch: %+v", st)
+	}
 
 	bc.cork() // a holder that stalls
 	_, _ = bc.WriteToAddrPort(pkt(0, 3, 50), s.ap)
 	waitFor(t, 2*time.Second, "a packet a stalled cork holds", func() bool { return s.count() == 4 })
-	if bc.stats().TimedOut == 0 {
-		t.Fatal("the hold timer did not flush")
+	if st := bc.stats(); st.TimedOut == 0 || st.Held != 2 || st.HoldMaxNanos < uint64(maxHold) {
+		// The timer cannot fire before maxHold: the batch's wait is at
+		// least that.
+		t.Fatalf("the hold timer did not flush: %+v", st)
 	}
 	// Later packets under the same stalled cork are bounded too.
 	_, _ = bc.WriteToAddrPort(pkt(0, 4, 50), s.ap)
