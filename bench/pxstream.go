@@ -340,6 +340,11 @@ func (p *pxPair) handshake(ctx context.Context) (time.Duration, error) {
 	if _, err := pl.read(); err == nil {
 		return 0, errors.New("player: frame after close")
 	}
+	// The close frame came back: close TCP as a browser does once the
+	// server ends the connection (Epic's server reports the player gone
+	// only when its socket has closed; the edge already did on the close
+	// frame).
+	_ = ws.Close()
 	if _, err := p.st.expect("playerDisconnected"); err != nil {
 		return 0, err
 	}

@@ -32,7 +32,9 @@ const (
 	CodeRateLimited          Code = "rate_limited"
 	CodeDraining             Code = "draining"
 	CodeNoAvailableTransport Code = "no_available_transport"
-	CodeStateUnavailable     Code = "state_unavailable" // shared state (Redis) unreachable
+	CodeStateUnavailable     Code = "state_unavailable"     // shared state (Redis) unreachable
+	CodeVoiceControlInvalid  Code = "voice_control_invalid" // VoiceControl with no op, entity 0, empty or > 128-byte squad id
+	CodeVoiceControlLimit    Code = "voice_control_limit"   // over the session's squads (16) or mutes (1024)
 	CodeInternal             Code = "internal"
 )
 
@@ -61,6 +63,8 @@ var codeTable = map[Code]uint32{
 	CodeDraining:             4040,
 	CodeNoAvailableTransport: 4041,
 	CodeStateUnavailable:     4042,
+	CodeVoiceControlInvalid:  4050,
+	CodeVoiceControlLimit:    4051,
 	CodeInternal:             4099,
 }
 

@@ -2,9 +2,6 @@ package sfu
 
 import (
 	"fmt"
-	"math"
-	"runtime"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -34,10 +31,8 @@ func reportFwd(b *testing.B, fwd int64, wall, cpu time.Duration) {
 }
 
 // BenchmarkForward is the SFU's own per-packet path: parse, audio level,
-// fan-out to L listener queues, and each listener's write loop rewriting
-// SSRC/seq/ts onto its slot, into a discarding TrackLocalWriter. One op is
-// one incoming packet (L forwards). Writers run on their own goroutines;
-// the injector keeps at most 32 packets in flight (queues never drop).
+// and the fan-out to L listener slots, each rewriting SSRC/seq/ts, into a
+// discarding TrackLocalWriter. One op is one incoming packet (L forwards).
 func BenchmarkForward(b *testing.B) {
 	for _, n := range []int{1, 10, 100, 500} {
 		b.Run(fmt.Sprintf("listeners=%d", n), func(b *testing.B) {
@@ -45,45 +40,24 @@ func BenchmarkForward(b *testing.B) {
 			sp := &peer{room: "r"}
 			sp.speaking.Store(true)
 			sp.loud.Store(127 - 30)
-			sinks := make([]*sinkWriter, n)
 			ls := make([]*peer, n)
 			for i := range ls {
-				sinks[i] = &sinkWriter{}
-				ls[i] = bareListener(s, sinks[i])
+				ls[i] = bareListener(s, &sinkWriter{})
 			}
 			wire(sp, ls)
-			var wg sync.WaitGroup
-			for _, l := range ls {
-				wg.Add(1)
-				go func() { defer wg.Done(); s.writeLoop(l) }()
-			}
 			raw := opusPacket(1)
-			drain := func(want int64) {
-				for _, w := range sinks {
-					for w.n.Load() < want {
-						runtime.Gosched()
-					}
-				}
-			}
+			pk := new(packet)
 			b.ReportAllocs()
 			b.ResetTimer()
 			c0, t0 := cpuTime(), time.Now()
 			for i := 0; i < b.N; i++ {
 				seq := uint16(i + 2)
 				raw[2], raw[3] = byte(seq>>8), byte(seq)
-				s.ingest(sp, raw)
-				if i%32 == 31 {
-					drain(int64(i + 1))
-				}
+				s.ingest(sp, pk, raw)
 			}
-			drain(int64(b.N))
 			wall, cpu := time.Since(t0), cpuTime()-c0
 			b.StopTimer()
 			reportFwd(b, int64(b.N)*int64(n), wall, cpu)
-			for _, l := range ls {
-				close(l.done)
-			}
-			wg.Wait()
 		})
 	}
 }
@@ -123,19 +97,8 @@ func countTracks(pc *webrtc.PeerConnection, total, mine *atomic.Int64) {
 
 var pionListeners = []int{1, 10, 50, 100}
 
-// catchUp spins until sent() reaches want (the writers drained).
-func catchUp(b *testing.B, sent func() int64, want int64) {
-	deadline := time.Now().Add(5 * time.Second)
-	for sent() < want {
-		if time.Now().After(deadline) {
-			b.Fatalf("writers stuck: sent %d of %d", sent(), want)
-		}
-		time.Sleep(20 * time.Microsecond) // sleeping, not spinning: CPU is measured
-	}
-}
-
 // warm sends until the receiver process has counted at least want.
-func warm(b *testing.B, r *receivers, want int64, send func()) {
+func warm(b testing.TB, r *receivers, want int64, send func()) {
 	deadline := time.Now().Add(15 * time.Second)
 	for r.count(b) < want {
 		if time.Now().After(deadline) {
@@ -228,9 +191,8 @@ func BenchmarkBarePion(b *testing.B) {
 // BenchmarkForwardPion is the SFU's send side end to end: listeners in a
 // child process joined through POST /v6/voice/session; one speaker's
 // packets injected at the read loop's per-packet step (parse, level,
-// fan-out), then each listener's write loop rewrites onto its slot and
-// sends through pion (SRTP, shared ICE-lite UDP port). At most 16 packets
-// per listener are in flight beyond the slowest, so queues never drop.
+// fan-out), each rewritten onto the listener's slot and sent through pion
+// (SRTP, shared ICE-lite UDP port, batched writes) before ingest returns.
 func BenchmarkForwardPion(b *testing.B) {
 	for _, n := range pionListeners {
 		b.Run(fmt.Sprintf("listeners=%d", n), func(b *testing.B) {
@@ -259,34 +221,34 @@ func BenchmarkForwardPion(b *testing.B) {
 			sp.loud.Store(127 - 30)
 			wire(sp, ls)
 			raw := opusPacket(1)
+			pk := new(packet)
 			seq := uint16(1)
 			send := func() {
 				seq++
 				raw[2], raw[3] = byte(seq>>8), byte(seq)
-				e.sfu.ingest(sp, raw)
-			}
-			sent := func() int64 { // the slowest listener's retired entries
-				low := int64(math.MaxInt64)
-				for _, l := range ls {
-					low = min(low, int64(l.q.done.Load()))
-				}
-				return low
+				e.sfu.ingest(sp, pk, raw)
 			}
 			warm(b, r, int64(n)*20, send)
-			before, sent0 := r.count(b), sent()
+			before, st0 := r.count(b), e.port.Stats()
 			b.ReportAllocs()
 			b.ResetTimer()
 			c0, t0 := cpuTime(), time.Now()
 			for i := 0; i < b.N; i++ {
 				send()
-				if i%16 == 15 { // every listener at most 32 behind: queues never fill
-					catchUp(b, sent, sent0+int64(i+1-16))
-				}
 			}
-			catchUp(b, sent, sent0+int64(b.N))
 			wall, cpu := time.Since(t0), cpuTime()-c0
 			b.StopTimer()
 			reportFwd(b, int64(b.N)*int64(n), wall, cpu)
+			st := e.port.Stats()
+			if p := st.Packets - st0.Packets; p > 0 {
+				b.ReportMetric(float64(p)/float64(st.Syscalls-st0.Syscalls), "pkt/syscall")
+			}
+			if h := st.Held - st0.Held; h > 0 {
+				// The batching's added latency: a batch's first packet's
+				// wait for its sendmmsg (mean, and the longest).
+				b.ReportMetric(float64(st.HoldNanos-st0.HoldNanos)/float64(h)/1e3, "hold-us")
+				b.ReportMetric(float64(st.HoldMaxNanos)/1e3, "hold-max-us")
+			}
 			time.Sleep(200 * time.Millisecond)
 			b.ReportMetric(100*(1-float64(r.count(b)-before)/float64(int64(b.N)*int64(n))), "rx-loss%")
 			for reason, c := range e.sfu.m.dropped {

@@ -11,15 +11,28 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
 )
 
 // recvEnv makes the test binary a receiver process for the pion
 // benchmarks, so that the receivers' CPU is not charged to the forwarder
 // being measured. Protocol on stdin/stdout, one JSON string per line: the
-// child prints N offers (one recvonly audio m-line each), reads N answers,
-// then answers "count" with its received packet total and exits on EOF.
-const recvEnv = "EGBE_SFU_BENCH_RECEIVERS"
+// child prints N offers, reads N answers, then answers "count" with its
+// received packet total, sends one RTP packet from the speaker on "speak"
+// (no answer), and exits on EOF.
+//
+// The offers: with slotsEnv = K > 1, each client has a sendrecv microphone
+// m-line and K-1 recvonly ones (a browser's voice join; it never sends);
+// otherwise one recvonly m-line. With speakerEnv set, the first offer is a
+// speaker's (one sendrecv m-line) that sends only on "speak".
+const (
+	recvEnv    = "EGBE_SFU_BENCH_RECEIVERS"
+	slotsEnv   = "EGBE_SFU_BENCH_SLOTS"
+	speakerEnv = "EGBE_SFU_BENCH_SPEAKER"
+	browserEnv = "EGBE_SFU_BENCH_BROWSERLIKE" // clients use browser RTCP/consent intervals
+	quietEnv   = "EGBE_SFU_BENCH_QUIET"       // clients send no RTCP, consent every 10 s
+)
 
 func receiversMain() int {
 	n, err := strconv.Atoi(os.Getenv(recvEnv))
@@ -27,14 +40,30 @@ func receiversMain() int {
 		fmt.Fprintln(os.Stderr, "bad", recvEnv)
 		return 2
 	}
+	slots, _ := strconv.Atoi(os.Getenv(slotsEnv))
+	browserLike = os.Getenv(browserEnv) != ""
+	quietClients = os.Getenv(quietEnv) != ""
 	tb := &helperTB{}
 	var got atomic.Int64
 	var mine atomic.Int64
 	var pcs []*webrtc.PeerConnection
 	out := bufio.NewWriter(os.Stdout)
 	enc := json.NewEncoder(out)
-	for range n {
-		pc, offer := benchClient(tb, &got, &mine)
+	var speaker *client
+	for i := range n {
+		var pc *webrtc.PeerConnection
+		var offer string
+		switch {
+		case i == 0 && os.Getenv(speakerEnv) != "":
+			speaker, offer = newClient(tb, 1, 1, true)
+			pc = speaker.pc
+		case slots > 1:
+			var c *client
+			c, offer = newClient(tb, byte(i), slots, true)
+			pc = c.pc
+		default:
+			pc, offer = benchClient(tb, &got, &mine)
+		}
 		pcs = append(pcs, pc)
 		_ = enc.Encode(offer)
 	}
@@ -52,10 +81,24 @@ func receiversMain() int {
 			return 1
 		}
 	}
+	seq, ts := uint16(0), uint32(0)
+	payload := make([]byte, 60)
 	for {
 		var cmd string
 		if err := dec.Decode(&cmd); err != nil {
 			break
+		}
+		if cmd == "speak" {
+			if b := speaker.mic.bound.Load(); b != nil {
+				seq++
+				ts += opusFrame
+				h := rtp.Header{Version: 2, PayloadType: b.pt, SequenceNumber: seq, Timestamp: ts, SSRC: b.ssrc}
+				if id := speaker.mic.extID.Load(); id != 0 {
+					_ = h.SetExtension(uint8(id), []byte{0x80 | 30})
+				}
+				_, _ = b.w.WriteRTP(&h, payload)
+			}
+			continue
 		}
 		_ = enc.Encode(got.Load())
 		_ = out.Flush()
@@ -82,10 +125,10 @@ type receivers struct {
 }
 
 // startReceivers starts n receivers in a child process and returns their
-// offers; answer each with answer(i, offer).
-func startReceivers(b *testing.B, n int, answer func(i int, offer string) string) *receivers {
+// offers; answer each with answer(i, offer). env adds slotsEnv/speakerEnv.
+func startReceivers(b testing.TB, n int, answer func(i int, offer string) string, env ...string) *receivers {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), recvEnv+"="+strconv.Itoa(n))
+	cmd.Env = append(append(os.Environ(), recvEnv+"="+strconv.Itoa(n)), env...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -114,8 +157,18 @@ func startReceivers(b *testing.B, n int, answer func(i int, offer string) string
 	return r
 }
 
+// speakCmd makes the child's speaker send one packet. A raw write: no
+// allocation in the measuring process.
+var speakCmd = []byte("\"speak\"\n")
+
+func (r *receivers) speak(b testing.TB) {
+	if _, err := r.in.Write(speakCmd); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // count asks the child for its received packet total.
-func (r *receivers) count(b *testing.B) int64 {
+func (r *receivers) count(b testing.TB) int64 {
 	if err := r.enc.Encode("count"); err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,25 +71,28 @@ func TestChromiumReceivesVoice(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()
 	var out struct {
-		Packets int    `json:"packets"`
-		State   string `json:"state"`
-		Peer    string `json:"peer"`
-		Error   string `json:"error"`
+		Packets  int    `json:"packets"`
+		State    string `json:"state"`
+		Peer     string `json:"peer"`
+		SendFmtp string `json:"sendFmtp"`
+		Error    string `json:"error"`
 	}
 	_ = json.Unmarshal(stdout.Bytes(), &out)
 	if runErr != nil || out.Packets == 0 {
 		t.Fatalf("chromium: %v; result %s; stderr:\n%s", runErr, stdout.String(), stderr.String())
 	}
 	t.Logf("chromium received %d packets (peer %s, %s)", out.Packets, out.Peer, out.State)
-	// The Go client heard the browser's fake microphone (Opus from Chrome:
-	// any first payload byte other than the Go publishers' ids).
-	got := 0
-	for k, n := range pub.snapshot() {
-		if k != 1 {
-			got += n
+	// Chrome took the answer's Opus parameters for its microphone.
+	for _, p := range []string{"maxaveragebitrate=24000", "stereo=0", "useinbandfec=1"} {
+		if !strings.Contains(out.SendFmtp, p) {
+			t.Errorf("Chrome's microphone codec fmtp %q lacks %s", out.SendFmtp, p)
 		}
 	}
+	// The Go client heard the browser's fake microphone (Opus from Chrome:
+	// any first payload byte other than the Go publishers' ids).
+	got, size := pub.receivedExcept(1)
 	if got == 0 {
 		t.Fatalf("Go client received nothing from Chromium")
 	}
+	t.Logf("Chrome's Opus: %d packets, %.1f payload bytes each (24 kbit/s in 20 ms frames is 60)", got, float64(size)/float64(got))
 }

@@ -15,9 +15,6 @@ type Config struct {
 	// MoveThresholdMM: position updates smaller than this since the last
 	// recompute do not trigger one.
 	MoveThresholdMM int64 `json:"move_threshold_mm"`
-	// QueueLen bounds each listener's outgoing packet queue; when full the
-	// oldest packet is dropped (reason "queue_full").
-	QueueLen int `json:"queue_len"`
 	// LatencyBudgetMs: peers whose RTCP round-trip time exceeds it are
 	// flagged (VAC_REGIONAL_VOICE_LATENCY_BUDGET_MS = 80).
 	LatencyBudgetMs int `json:"latency_budget_ms"`
@@ -26,6 +23,11 @@ type Config struct {
 	LossBudget float64 `json:"loss_budget"`
 	// StatsInterval is how often per-peer RTCP statistics are sampled.
 	StatsInterval time.Duration `json:"stats_interval"`
+	// ReportInterval is how often a peer whose streams carry media gets
+	// RTCP (sender reports on its slots, a receiver report on its
+	// microphone); silent streams get none. 1 s keeps RTT and loss fresh
+	// for StatsInterval and the client's Opus FEC adaptation.
+	ReportInterval time.Duration `json:"report_interval"`
 	// SpeakingOn / SpeakingOff are the smoothed RFC 6464 loudness
 	// thresholds (127 - level in -dBov, so higher is louder) at which a
 	// speaker starts / stops counting as speaking (hysteresis).
@@ -50,10 +52,10 @@ func Default() Config {
 		Slots:            4,
 		ProximityRangeMM: 30_000, // 30 m
 		MoveThresholdMM:  500,
-		QueueLen:         64,
 		LatencyBudgetMs:  80,
 		LossBudget:       0.005,
 		StatsInterval:    2 * time.Second,
+		ReportInterval:   time.Second,
 		SpeakingOn:       127 - 50, // louder than -50 dBov
 		SpeakingOff:      127 - 60,
 		SilenceAfter:     300 * time.Millisecond,
@@ -72,14 +74,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: proximity_range_mm < 0", ErrConfig)
 	case c.MoveThresholdMM < 0:
 		return fmt.Errorf("%w: move_threshold_mm < 0", ErrConfig)
-	case c.QueueLen < 1:
-		return fmt.Errorf("%w: queue_len < 1", ErrConfig)
 	case c.LatencyBudgetMs <= 0:
 		return fmt.Errorf("%w: latency_budget_ms <= 0", ErrConfig)
 	case c.LossBudget <= 0 || c.LossBudget >= 1:
 		return fmt.Errorf("%w: loss_budget not in (0,1)", ErrConfig)
 	case c.StatsInterval <= 0:
 		return fmt.Errorf("%w: stats_interval <= 0", ErrConfig)
+	case c.ReportInterval <= 0:
+		return fmt.Errorf("%w: report_interval <= 0", ErrConfig)
 	case c.SpeakingOff > c.SpeakingOn || c.SpeakingOn > 127 || c.SpeakingOff < 0:
 		return fmt.Errorf("%w: need 0 <= speaking_off <= speaking_on <= 127", ErrConfig)
 	case c.SilenceAfter <= 0:

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/codec"
 )
 
 var (
@@ -24,10 +25,13 @@ var (
 	ErrUnknownSession = errors.New("sfu: unknown realtime session")
 	// ErrUnknownPeer: no voice peer has that id.
 	ErrUnknownPeer = errors.New("sfu: unknown voice peer")
-	// ErrBadControl: a VoiceControl with no op, an empty squad id or entity
-	// id 0.
+	// ErrBadControl: a VoiceControl with no op, an empty or over-long
+	// (> 128 bytes) squad id, or entity id 0. Control returns it inside a
+	// *codec.WireError with code voice_control_invalid.
 	ErrBadControl = errors.New("sfu: bad voice control")
 	// ErrLimit: a per-session limit (squads, mutes) would be exceeded.
+	// Control returns it inside a *codec.WireError with code
+	// voice_control_limit.
 	ErrLimit = errors.New("sfu: voice control limit exceeded")
 	// ErrClosed: the SFU is shutting down.
 	ErrClosed = errors.New("sfu: closed")
@@ -85,4 +89,17 @@ func codeOf(err error) (Code, int) {
 		}
 	}
 	return CodeInternal, http.StatusInternalServerError
+}
+
+// controlError is a voice control refusal as the realtime client sees it:
+// a client error code from the realtime protocol's one table
+// (codec.codeTable), wrapping the sentinel.
+func controlError(sentinel error, format string, args ...any) error {
+	code := codec.CodeVoiceControlInvalid
+	if errors.Is(sentinel, ErrLimit) {
+		code = codec.CodeVoiceControlLimit
+	}
+	we := codec.Errorf(code, format, args...)
+	we.Err = sentinel
+	return we
 }

@@ -1,10 +1,5 @@
 package sfu
 
-import (
-	"sync"
-	"sync/atomic"
-)
-
 // maxPacket is the largest RTP packet the SFU forwards (one Ethernet MTU;
 // an Opus frame is at most 1275 bytes).
 const maxPacket = 1500
@@ -15,11 +10,10 @@ const opusClock = 48000
 // opusFrame is one 20 ms frame in RTP timestamp units.
 const opusFrame = opusClock / 50
 
-// packet is one received RTP packet, shared read-only by every listener it
-// is queued for and returned to the pool by the last release.
+// packet is one received RTP packet. Each speaker's read loop owns one
+// and reuses it: the fan-out is synchronous, so every listener's copy has
+// been encrypted and handed to the ICE port before the next read.
 type packet struct {
-	refs atomic.Int32
-	pool *sync.Pool
 	info rtpInfo
 	at   int64 // arrival, unix nanoseconds (SFU clock)
 	n    int
@@ -28,71 +22,10 @@ type packet struct {
 
 func (p *packet) payload() []byte { return p.b[p.info.payOff:p.info.payEnd] }
 
-func (p *packet) release() {
-	if p.refs.Add(-1) == 0 {
-		p.pool.Put(p)
-	}
-}
-
-// entry is one queued forward: packet pk from speaker src for slot.
-type entry struct {
-	pk   *packet
-	src  *peer
-	slot int
-}
-
-// queue is a listener's bounded outgoing queue. Pushers (speaker read
-// loops) never block: a full queue drops its oldest entry.
-type queue struct {
-	mu   sync.Mutex
-	ring []entry // guarded by mu; fixed length QueueLen
-	head int     // guarded by mu
-	n    int     // guarded by mu
-	wake chan struct{}
-	done atomic.Uint64 // entries retired: sent, or dropped by the write loop or push
-}
-
-func newQueue(n int) *queue {
-	return &queue{ring: make([]entry, n), wake: make(chan struct{}, 1)}
-}
-
-// push appends e and returns the entry it displaced, if any (ok), which
-// the caller releases and counts.
-func (q *queue) push(e entry) (dropped entry, ok bool) {
-	q.mu.Lock()
-	if q.n == len(q.ring) {
-		dropped, ok = q.ring[q.head], true
-		q.ring[q.head] = e
-		q.head = (q.head + 1) % len(q.ring)
-	} else {
-		q.ring[(q.head+q.n)%len(q.ring)] = e
-		q.n++
-	}
-	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-	return dropped, ok
-}
-
-// popAll moves every queued entry to dst.
-func (q *queue) popAll(dst []entry) []entry {
-	q.mu.Lock()
-	for q.n > 0 {
-		dst = append(dst, q.ring[q.head])
-		q.ring[q.head] = entry{}
-		q.head = (q.head + 1) % len(q.ring)
-		q.n--
-	}
-	q.mu.Unlock()
-	return dst
-}
-
 // rewriter maps the packets of whichever speaker currently holds a slot
 // onto the slot's one outgoing stream: SSRC is the slot's, and sequence
 // numbers and timestamps continue across speaker switches so the
-// listener's decoder sees one stream. Owned by the listener's write loop.
+// listener's decoder sees one stream. Guarded by its slot's mutex.
 type rewriter struct {
 	src     *peer  // speaker of the last forwarded packet
 	started bool   // a packet was forwarded

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/pion/ice/v4"
 	"github.com/pion/interceptor"
+	"github.com/pion/interceptor/pkg/report"
 	"github.com/pion/rtp"
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
@@ -168,6 +170,7 @@ type client struct {
 
 	mu     sync.Mutex
 	counts map[byte]int         // packets received per speaker
+	bytes  map[byte]int         // payload bytes received per speaker
 	tracks map[uint32][]recvPkt // per slot SSRC
 
 	stop chan struct{}
@@ -197,6 +200,14 @@ func (t *rawTrack) RID() string                           { return "" }
 func (t *rawTrack) StreamID() string                      { return "mic-" + t.id }
 func (t *rawTrack) Kind() webrtc.RTPCodecType             { return webrtc.RTPCodecTypeAudio }
 
+// browserLike makes clientAPI's clients send RTCP and ICE consent checks
+// at a browser's intervals rather than pion's defaults (set in the
+// benchmark receiver process, browserEnv).
+var browserLike bool
+
+// quietClients: clients send no RTCP and rare consent checks (quietEnv).
+var quietClients bool
+
 func clientAPI(t testing.TB, opus bool) *webrtc.API {
 	me := &webrtc.MediaEngine{}
 	c := webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2}
@@ -212,10 +223,30 @@ func clientAPI(t testing.TB, opus bool) *webrtc.API {
 		t.Fatal(err)
 	}
 	ir := &interceptor.Registry{}
-	if err := webrtc.ConfigureRTCPReports(ir); err != nil { // receiver reports -> SFU RTT
+	var se webrtc.SettingEngine
+	if quietClients {
+		// No RTCP, and a consent check every 10 s (the edge's ICE
+		// marks a client disconnected after 12 s without a packet): the
+		// allocation test's measuring process sees as little background
+		// as a real client allows.
+		se.SetICETimeouts(30*time.Second, 30*time.Second, 10*time.Second)
+	} else if browserLike {
+		// What Chrome sends: RTCP on audio every 5 s, a consent check
+		// on the selected pair every 2.5 s.
+		rr, err := report.NewReceiverInterceptor(report.ReceiverInterval(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sr, err := report.NewSenderInterceptor(report.SenderInterval(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ir.Add(rr)
+		ir.Add(sr)
+		se.SetICETimeouts(5*time.Second, 25*time.Second, 2500*time.Millisecond)
+	} else if err := webrtc.ConfigureRTCPReports(ir); err != nil { // receiver reports -> SFU RTT
 		t.Fatal(err)
 	}
-	var se webrtc.SettingEngine
 	se.SetIncludeLoopbackCandidate(true)
 	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
 	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
@@ -226,12 +257,18 @@ func clientAPI(t testing.TB, opus bool) *webrtc.API {
 // offer builds a client PeerConnection and its complete offer.
 func newClient(t testing.TB, id byte, slots int, opus bool) (*client, string) {
 	t.Helper()
-	pc, err := clientAPI(t, opus).NewPeerConnection(webrtc.Configuration{})
+	return newClientAPI(t, id, slots, clientAPI(t, opus))
+}
+
+// newClientAPI is newClient on a given pion API.
+func newClientAPI(t testing.TB, id byte, slots int, api *webrtc.API) (*client, string) {
+	t.Helper()
+	pc, err := api.NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &client{t: t, id: id, pc: pc, mic: &rawTrack{id: fmt.Sprint("mic", id)},
-		counts: map[byte]int{}, tracks: map[uint32][]recvPkt{}, stop: make(chan struct{})}
+		counts: map[byte]int{}, bytes: map[byte]int{}, tracks: map[uint32][]recvPkt{}, stop: make(chan struct{})}
 	c.level.Store(30)
 	if _, err := pc.AddTransceiverFromTrack(c.mic, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendrecv}); err != nil {
 		t.Fatal(err)
@@ -267,6 +304,7 @@ func newClient(t testing.TB, id byte, slots int, opus bool) (*client, string) {
 			}
 			c.mu.Lock()
 			c.counts[p.Payload[0]]++
+			c.bytes[p.Payload[0]] += len(p.Payload)
 			c.tracks[p.SSRC] = append(c.tracks[p.SSRC], recvPkt{p.SequenceNumber, p.Timestamp, p.Payload[0], p.Marker})
 			c.mu.Unlock()
 		}
@@ -299,6 +337,14 @@ func (c *client) close() {
 func (e *testEnv) join(tok, sessionID string, id byte, slots int) *client {
 	e.t.Helper()
 	c, offer := newClient(e.t, id, slots, true)
+	e.joinClient(tok, sessionID, c, offer)
+	return c
+}
+
+// joinClient joins c with its offer and starts its microphone; it
+// returns the answer.
+func (e *testEnv) joinClient(tok, sessionID string, c *client, offer string) string {
+	e.t.Helper()
 	resp, body := e.post(tok, JoinRequest{SessionID: sessionID, SDP: offer})
 	if resp.StatusCode != http.StatusCreated {
 		e.t.Fatalf("join %s: %d %s", sessionID, resp.StatusCode, body)
@@ -313,7 +359,7 @@ func (e *testEnv) join(tok, sessionID string, id byte, slots int) *client {
 	}
 	c.wg.Add(1)
 	go c.send(0)
-	return c
+	return jr.SDP
 }
 
 // send writes one Opus-sized frame every 20 ms until stopped. bogusSSRC,
@@ -365,7 +411,22 @@ func (c *client) snapshot() map[byte]int {
 func (c *client) reset() {
 	c.mu.Lock()
 	clear(c.counts)
+	clear(c.bytes)
 	c.mu.Unlock()
+}
+
+// received returns packets and payload bytes received from speakers
+// other than the given ids.
+func (c *client) receivedExcept(ids ...byte) (pkts, bytes int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, n := range c.counts {
+		if !slices.Contains(ids, k) {
+			pkts += n
+			bytes += c.bytes[k]
+		}
+	}
+	return pkts, bytes
 }
 
 // waitFor polls cond until it holds or the deadline passes.

@@ -4,8 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Drop reasons (label "reason" of egbe_sfu_packets_dropped_total).
 const (
-	dropQueueFull   = "queue_full"   // listener queue full: oldest dropped
-	dropStale       = "stale"        // speaker left the slot while queued
+	dropStale       = "stale"        // speaker lost the slot during the fan-out
 	dropReordered   = "reordered"    // older than what the slot already sent
 	dropUnbound     = "unbound"      // slot track not bound yet (DTLS not up)
 	dropWriteError  = "write_error"  // pion write failed
@@ -15,7 +14,7 @@ const (
 	dropVoiceOff    = "voice_off"    // speaker's token has voice off
 )
 
-var dropReasons = []string{dropQueueFull, dropStale, dropReordered, dropUnbound,
+var dropReasons = []string{dropStale, dropReordered, dropUnbound,
 	dropWriteError, dropMalformed, dropNoListener, dropUnknownSSRC, dropVoiceOff}
 
 type metrics struct {

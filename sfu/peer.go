@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/pion/interceptor/pkg/stats"
 	"github.com/pion/rtp"
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
@@ -31,7 +30,6 @@ type peer struct {
 	policy    policy // immutable after join
 	pc        *webrtc.PeerConnection
 	slots     []*slotTrack // immutable after join
-	q         *queue
 
 	m          *member         // guarded by SFU.mu
 	assigned   []*peer         // guarded by SFU.mu; speaker per slot
@@ -39,10 +37,15 @@ type peer struct {
 	lastActive []uint32        // guarded by SFU.mu
 	quality    Quality         // guarded by SFU.mu
 	qc         qualityCounters // owned by Run (sampleQuality)
-	stats      stats.Getter    // this PeerConnection's stats interceptor; immutable after join (nil if none)
+	rep        reportState     // owned by Run (sendReports)
+	rtcpSSRC   uint32          // immutable after join: our RTCP SSRC when no slot is bound
 	micSSRC    atomic.Uint32   // the microphone stream's SSRC, once it arrives (onTrack)
-	rttMicros  atomic.Int64    // last RTT from a receiver report on a slot (rtcpLoop)
-	slotLoss   atomic.Uint32   // last RR fraction lost on a slot, x/256 (rtcpLoop)
+	in         inbound         // owned by the read loop: mic reception state
+	mic        micStats        // published by the read loop
+	lsr        atomic.Uint32   // NTP mid-32 of the mic's last sender report (micRTCPLoop)
+	lsrAt      atomic.Int64    // its arrival, unix ns
+	rttMicros  atomic.Int64    // last RTT from a reception report on a slot (rtcpLoop)
+	slotLoss   atomic.Uint32   // last reported fraction lost on a slot, x/256 (rtcpLoop)
 
 	// Speaker side, written by the read loop.
 	hasMic    atomic.Bool
@@ -53,7 +56,7 @@ type peer struct {
 
 	done      chan struct{} // closed by leave
 	closeOnce sync.Once
-	wg        sync.WaitGroup // read, write and RTCP loops
+	wg        sync.WaitGroup // read loop and RTCP readers
 	wgMu      sync.Mutex     // orders wg.Add against leave's Wait
 	left      bool           // guarded by wgMu
 }
@@ -91,10 +94,22 @@ func (p *peer) goTracked(f func()) bool {
 // fixed by its sender; whichever speaker holds the slot is rewritten onto it.
 type slotTrack struct {
 	id, stream string
-	cur        atomic.Pointer[peer]    // speaker holding the slot (set by recompute)
-	bind       atomic.Pointer[binding] // set by Bind
-	rw         rewriter                // owned by the listener's write loop
-	// For sender reports; written by the write loop, read by Run.
+	// pt is the Opus payload type this m-line negotiated (the offer's:
+	// 111 from Chrome, 109 from Firefox). Immutable after join. The
+	// sender, built from the SFU's API, would otherwise bind the API's
+	// registration (111).
+	pt   uint8
+	cur  atomic.Pointer[peer]    // speaker holding the slot (set by recompute)
+	bind atomic.Pointer[binding] // set by Bind
+
+	// mu serialises the speakers' fan-outs into this slot (only around a
+	// switch do two speakers' read loops meet here): the rewrite and the
+	// write happen together, so the wire order is the sequence order.
+	mu  sync.Mutex
+	rw  rewriter   // guarded by mu
+	hdr rtp.Header // guarded by mu: the outgoing header, reused
+
+	// For sender reports; written under mu, read by Run.
 	sent, octets atomic.Uint32
 	lastTS       atomic.Uint32
 	lastAt       atomic.Int64
@@ -111,7 +126,12 @@ var _ webrtc.TrackLocal = (*slotTrack)(nil)
 func (t *slotTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameters, error) {
 	for _, c := range ctx.CodecParameters() {
 		if strings.EqualFold(c.MimeType, webrtc.MimeTypeOpus) {
-			t.bind.Store(&binding{w: ctx.WriteStream(), ssrc: uint32(ctx.SSRC()), pt: uint8(c.PayloadType)})
+			pt := uint8(c.PayloadType)
+			if t.pt != 0 {
+				pt = t.pt
+				c.PayloadType = webrtc.PayloadType(pt)
+			}
+			t.bind.Store(&binding{w: ctx.WriteStream(), ssrc: uint32(ctx.SSRC()), pt: pt})
 			return c, nil
 		}
 	}
@@ -123,6 +143,17 @@ func (t *slotTrack) ID() string                            { return t.id }
 func (t *slotTrack) RID() string                           { return "" }
 func (t *slotTrack) StreamID() string                      { return t.stream }
 func (t *slotTrack) Kind() webrtc.RTPCodecType             { return webrtc.RTPCodecTypeAudio }
+
+// negotiatedOpusPT is the Opus payload type of t's m-line as negotiated
+// (0 if none).
+func negotiatedOpusPT(t *webrtc.RTPTransceiver) uint8 {
+	for _, c := range t.Receiver().GetParameters().Codecs {
+		if strings.EqualFold(c.MimeType, webrtc.MimeTypeOpus) {
+			return uint8(c.PayloadType)
+		}
+	}
+	return 0
+}
 
 // offerInfo is what checkOffer learns from an offer.
 type offerInfo struct {
@@ -178,6 +209,12 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
+func randUint32() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return be32(b[:])
+}
+
 // join answers a client's offer and adds its peer to the session's room.
 func (s *SFU) join(ctx context.Context, acc auth.Access, sessionID, offer string) (*peer, string, error) {
 	info, err := checkOffer(offer)
@@ -209,7 +246,7 @@ func (s *SFU) join(ctx context.Context, acc auth.Access, sessionID, offer string
 	p := &peer{
 		id: newID(), sessionID: sessionID, subject: acc.Subject, entityID: si.EntityID,
 		region: si.Region, room: si.InstanceID, policy: newPolicy(acc), pc: pc,
-		stats: s.stats.take(pc.ID()), q: newQueue(s.cfg.QueueLen), done: make(chan struct{}),
+		rtcpSSRC: randUint32(), done: make(chan struct{}),
 	}
 	fail := func(err error) (*peer, string, error) {
 		s.leave(p)
@@ -224,6 +261,7 @@ func (s *SFU) join(ctx context.Context, acc auth.Access, sessionID, offer string
 	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
 		return fail(fmt.Errorf("%w: %w", ErrBadSDP, err))
 	}
+	preferOpus(pc)
 	// Attach slot tracks to the client's audio m-lines that can receive
 	// (recvonly or sendrecv), in offer order, up to K.
 	for _, t := range pc.GetTransceivers() {
@@ -236,11 +274,12 @@ func (s *SFU) join(ctx context.Context, acc auth.Access, sessionID, offer string
 		if d := info.dirs[t.Mid()]; d != "recvonly" && d != "sendrecv" {
 			continue
 		}
-		st := &slotTrack{id: fmt.Sprintf("slot%d", len(p.slots)), stream: "egbe-voice-" + p.id}
+		st := &slotTrack{id: fmt.Sprintf("slot%d", len(p.slots)), stream: "egbe-voice-" + p.id,
+			hdr: rtp.Header{Version: 2}, pt: negotiatedOpusPT(t)}
 		// A sender from s.api, not pc.AddTrack: AddTrack could pick a
 		// transceiver the client only sends on. Such senders bypass the
 		// PeerConnection's interceptors, which keeps the per-packet send
-		// path short; sendSenderReports writes their RTCP SRs.
+		// path short; sendReports writes their RTCP SRs.
 		snd, err := s.api.NewRTPSender(st, t.Receiver().Transport())
 		if err != nil {
 			return fail(fmt.Errorf("%w: sender: %w", ErrNegotiation, err))
@@ -265,7 +304,6 @@ func (s *SFU) join(ctx context.Context, acc auth.Access, sessionID, offer string
 	case <-ctx.Done():
 		return fail(fmt.Errorf("%w: gathering: %w", ErrNegotiation, ctx.Err()))
 	}
-	p.goTracked(func() { s.writeLoop(p) })
 
 	s.mu.Lock()
 	if s.closed {
@@ -351,10 +389,6 @@ func (s *SFU) leave(p *peer) {
 		p.left = true
 		p.wgMu.Unlock()
 		p.wg.Wait()
-		// Release what the write loop left queued.
-		for _, e := range p.q.popAll(nil) {
-			e.pk.release()
-		}
 		if removed {
 			s.log.Info("voice peer left", "session", p.sessionID, "peer", p.id)
 		}
@@ -374,6 +408,9 @@ func (s *SFU) onTrack(p *peer, tr *webrtc.TrackRemote, rc *webrtc.RTPReceiver) {
 		}
 	}
 	s.markDirty(p.room)
+	if !p.goTracked(func() { s.micRTCPLoop(p, rc) }) {
+		return
+	}
 	p.wgMu.Lock()
 	if p.left {
 		p.wgMu.Unlock()
@@ -385,32 +422,30 @@ func (s *SFU) onTrack(p *peer, tr *webrtc.TrackRemote, rc *webrtc.RTPReceiver) {
 	s.readLoop(p, tr, levelID, uint8(tr.PayloadType()))
 }
 
-// readLoop receives the speaker's microphone and fans each packet out to
+// readLoop receives the speaker's microphone and forwards each packet to
 // the listener slots currently holding this speaker. It allocates nothing
-// of its own per packet.
+// per packet: one packet buffer per speaker, reused.
 func (s *SFU) readLoop(p *peer, tr *webrtc.TrackRemote, levelID, pt uint8) {
 	ssrc := uint32(tr.SSRC())
 	p.micSSRC.Store(ssrc)
+	pk := new(packet)
 	for {
-		pk := s.pool.Get().(*packet)
 		n, _, err := tr.Read(pk.b[:])
 		if err != nil {
-			s.pool.Put(pk)
 			return
 		}
 		s.m.received.Inc()
 		if !parseRTP(pk.b[:n], levelID, &pk.info) || pk.info.pt != pt {
 			s.m.dropped[dropMalformed].Inc()
-			s.pool.Put(pk)
 			continue
 		}
 		if pk.info.ssrc != ssrc {
 			s.m.dropped[dropUnknownSSRC].Inc()
-			s.pool.Put(pk)
 			continue
 		}
 		pk.n = n
 		pk.at = s.now().UnixNano()
+		p.observeMic(pk.info.seq, pk.info.ts, pk.at)
 		s.observe(p, &pk.info, pk.at)
 		s.fanout(p, pk)
 	}
@@ -438,90 +473,76 @@ func (s *SFU) observe(p *peer, in *rtpInfo, at int64) {
 	}
 }
 
-// fanout queues pk for every listener slot holding p.
+// fanout forwards pk to every listener slot holding p, on the speaker's
+// read goroutine: no hand-off to per-listener goroutines. The ICE port is
+// corked for the fan-out, so its packets leave in one sendmmsg per 64.
+// Nothing here waits on a listener: pion's SRTP write path down to the
+// port only encrypts and queues (UDP never pushes back per peer).
 func (s *SFU) fanout(p *peer, pk *packet) {
 	if p.policy.mode == auth.VoiceOff {
 		s.m.dropped[dropVoiceOff].Inc()
-		s.pool.Put(pk)
 		return
 	}
 	subs := p.subs.Load()
 	if subs == nil || len(*subs) == 0 {
 		s.m.dropped[dropNoListener].Inc()
-		s.pool.Put(pk)
 		return
 	}
-	pk.refs.Store(int32(len(*subs)))
-	for _, sb := range *subs {
-		if d, dropped := sb.l.q.push(entry{pk: pk, src: p, slot: sb.slot}); dropped {
-			s.m.dropped[dropQueueFull].Inc()
-			sb.l.q.done.Add(1)
-			d.pk.release()
-		}
+	if s.port != nil {
+		s.port.Cork()
 	}
-}
-
-// writeLoop sends l's queued packets, rewriting each onto its slot.
-func (s *SFU) writeLoop(l *peer) {
-	batch := make([]entry, 0, s.cfg.QueueLen)
-	hdr := &rtp.Header{Version: 2}
-	for {
-		select {
-		case <-l.done:
-			return
-		case <-l.q.wake:
-		}
-		batch = l.q.popAll(batch[:0])
-		s.sendBatch(l, batch, hdr)
-		clear(batch)
-	}
-}
-
-// sendBatch rewrites and writes a batch; it releases every packet.
-func (s *SFU) sendBatch(l *peer, batch []entry, hdr *rtp.Header) {
 	sent := 0
-	for i := range batch {
-		e := &batch[i]
-		reason := s.send(l, e, hdr)
-		e.pk.release()
-		if reason == "" {
+	for _, sb := range *subs {
+		if reason := s.forward(sb.l.slots[sb.slot], p, pk); reason == "" {
 			sent++
 		} else {
 			s.m.dropped[reason].Inc()
 		}
 	}
+	if s.port != nil {
+		s.port.Uncork()
+	}
 	if sent > 0 {
 		s.m.forwarded.Add(float64(sent))
 	}
-	l.q.done.Add(uint64(len(batch)))
 }
 
-func (s *SFU) send(l *peer, e *entry, hdr *rtp.Header) string {
-	st := l.slots[e.slot]
-	if st.cur.Load() != e.src {
+// forward rewrites pk onto slot st and writes it; it returns the drop
+// reason, or "" when sent.
+func (s *SFU) forward(st *slotTrack, src *peer, pk *packet) string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.cur.Load() != src {
 		return dropStale
 	}
 	b := st.bind.Load()
 	if b == nil {
 		return dropUnbound
 	}
-	seq, ts, switched, ok := st.rw.rewrite(e.src, e.pk.info.seq, e.pk.info.ts, e.pk.at)
+	seq, ts, switched, ok := st.rw.rewrite(src, pk.info.seq, pk.info.ts, pk.at)
 	if !ok {
 		return dropReordered
 	}
-	hdr.Marker = e.pk.info.marker || switched
+	hdr := &st.hdr
+	hdr.Marker = pk.info.marker || switched
 	hdr.PayloadType = b.pt
 	hdr.SequenceNumber = seq
 	hdr.Timestamp = ts
 	hdr.SSRC = b.ssrc
-	payload := e.pk.payload()
-	if _, err := b.w.WriteRTP(hdr, payload); err != nil {
+	payload := pk.payload()
+	n, err := b.w.WriteRTP(hdr, payload)
+	if err != nil {
 		return dropWriteError
+	}
+	if n == 0 {
+		// pion binds a slot at negotiation and drops its writes,
+		// without an error, until DTLS has set up SRTP.
+		return dropUnbound
 	}
 	st.sent.Add(1)
 	st.octets.Add(uint32(len(payload)))
 	st.lastTS.Store(ts)
-	st.lastAt.Store(e.pk.at)
+	st.lastAt.Store(pk.at)
 	return ""
 }
 

@@ -128,3 +128,92 @@ func parseAudioLevel(ext []byte, profile uint16, id uint8, out *rtpInfo) {
 		}
 	}
 }
+
+// RTCP, RFC 3550 section 6.4. Every packet of a compound starts
+//
+//	|V=2|P|   RC    |      PT       |      length (words - 1)       |
+//
+// a sender report (PT 200) continues SSRC(4) NTP(8) RTP ts(4) packets(4)
+// octets(4) and RC report blocks; a receiver report (PT 201) continues
+// SSRC(4) and RC report blocks of 24 bytes each:
+//
+//	| SSRC of the source reported on                                |
+//	| fraction lost |       cumulative packets lost (24)            |
+//	| extended highest sequence number received                     |
+//	| interarrival jitter                                           |
+//	| last SR (LSR: middle 32 bits of its NTP time)                 |
+//	| delay since last SR (DLSR, 1/65536 s)                         |
+const (
+	rtcpSR          = 200
+	rtcpRR          = 201
+	rtcpHeaderLen   = 4
+	rtcpSRInfoLen   = 24 // sender SSRC + sender info
+	rtcpRRInfoLen   = 4  // sender SSRC
+	rtcpReportBlock = 24
+)
+
+// reportBlock is the part of an RTCP reception report voice uses.
+type reportBlock struct {
+	ssrc         uint32
+	fractionLost uint8
+	lsr, dlsr    uint32
+}
+
+// forReports calls fn for every reception report block in the compound
+// RTCP packet b (in sender and receiver reports). It stops at the first
+// malformed packet; it never reads past b and allocates nothing.
+func forReports(b []byte, fn func(reportBlock)) {
+	for off := 0; off+rtcpHeaderLen <= len(b); {
+		if b[off]>>6 != 2 {
+			return
+		}
+		end := off + 4*(int(b[off+2])<<8|int(b[off+3])+1)
+		if end > len(b) {
+			return
+		}
+		rc := int(b[off] & 0x1f)
+		blocks := -1
+		switch b[off+1] {
+		case rtcpSR:
+			blocks = off + rtcpHeaderLen + rtcpSRInfoLen
+		case rtcpRR:
+			blocks = off + rtcpHeaderLen + rtcpRRInfoLen
+		}
+		if blocks >= 0 && blocks+rc*rtcpReportBlock <= end {
+			for i := 0; i < rc; i++ {
+				r := b[blocks+i*rtcpReportBlock:]
+				fn(reportBlock{
+					ssrc:         be32(r),
+					fractionLost: r[4],
+					lsr:          be32(r[16:]),
+					dlsr:         be32(r[20:]),
+				})
+			}
+		}
+		off = end
+	}
+}
+
+// lastSenderReport returns the middle 32 bits of the NTP time of the last
+// sender report in the compound RTCP packet b (what our receiver reports
+// echo as LSR).
+func lastSenderReport(b []byte) (ntpMid uint32, ok bool) {
+	for off := 0; off+rtcpHeaderLen <= len(b); {
+		if b[off]>>6 != 2 {
+			return ntpMid, ok
+		}
+		end := off + 4*(int(b[off+2])<<8|int(b[off+3])+1)
+		if end > len(b) {
+			return ntpMid, ok
+		}
+		if b[off+1] == rtcpSR && off+rtcpHeaderLen+rtcpSRInfoLen <= end {
+			ntpMid, ok = be32(b[off+10:]), true
+		}
+		off = end
+	}
+	return ntpMid, ok
+}
+
+func be32(b []byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}

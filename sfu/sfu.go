@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/pion/interceptor"
-	"github.com/pion/interceptor/pkg/stats"
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +38,12 @@ type Notifier interface {
 	SendVoiceEvent(sessionID string, ev *codec.VoiceEvent) bool
 }
 
+// corker brackets a burst of writes on the ICE port (iceport.Port).
+type corker interface {
+	Cork()
+	Uncork()
+}
+
 // Deps are the SFU's collaborators.
 type Deps struct {
 	Port       *iceport.Port // the shared ICE-lite UDP port (required)
@@ -55,14 +60,13 @@ type Deps struct {
 
 // SFU is the voice selective forwarding unit.
 type SFU struct {
-	cfg   Config           // immutable after New
-	deps  Deps             // immutable after New
-	log   *slog.Logger     // immutable after New
-	now   func() time.Time // immutable after New
-	api   *webrtc.API      // immutable after New
-	stats *statsGetters    // immutable after New; filled by api's interceptor
-	m     *metrics         // immutable after New
-	pool  sync.Pool        // of *packet
+	cfg  Config           // immutable after New
+	deps Deps             // immutable after New
+	log  *slog.Logger     // immutable after New
+	now  func() time.Time // immutable after New
+	api  *webrtc.API      // immutable after New
+	m    *metrics         // immutable after New
+	port corker           // immutable after New: Deps.Port (nil in unit tests)
 
 	mu      sync.Mutex
 	members map[string]*member        // guarded by mu; by session id
@@ -73,6 +77,8 @@ type SFU struct {
 	closed  bool                      // guarded by mu
 	cands   []candidate               // guarded by mu; scratch
 	flagged map[*peer][2]bool         // guarded by mu; latency, loss
+	scratch []*peer                   // owned by Run
+	samples []Quality                 // owned by Run
 
 	kick chan struct{} // cap 1: dirty rooms exist
 	wg   sync.WaitGroup
@@ -99,12 +105,12 @@ func New(cfg Config, d Deps) (*SFU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sfu: metrics: %w", err)
 	}
-	api, getters, err := newAPI(d.Port)
+	api, err := newAPI(d.Port)
 	if err != nil {
 		return nil, err
 	}
 	s := &SFU{
-		cfg: cfg, deps: d, log: d.Logger.With("component", "sfu"), now: d.Now, api: api, stats: getters, m: m,
+		cfg: cfg, deps: d, log: d.Logger.With("component", "sfu"), now: d.Now, api: api, m: m,
 		members: make(map[string]*member),
 		peers:   make(map[string]*peer),
 		rooms:   make(map[string]map[*peer]bool),
@@ -113,71 +119,51 @@ func New(cfg Config, d Deps) (*SFU, error) {
 		flagged: make(map[*peer][2]bool),
 		kick:    make(chan struct{}, 1),
 	}
-	s.pool.New = func() any { return &packet{pool: &s.pool} }
+	s.port = d.Port
 	return s, nil
 }
 
 // newAPI builds the voice webrtc.API: Opus and the RFC 6464 audio-level
-// extension only, RTCP sender/receiver reports and the stats interceptor
-// (RTT, loss, jitter), on the shared ICE-lite port.
-func newAPI(port *iceport.Port) (*webrtc.API, *statsGetters, error) {
+// extension only, no interceptors (the SFU does voice RTCP itself,
+// quality.go), on the shared ICE-lite port with voice's ICE timers.
+func newAPI(port *iceport.Port) (*webrtc.API, error) {
 	me := &webrtc.MediaEngine{}
-	if err := me.RegisterCodec(webrtc.RTPCodecParameters{
-		RTPCodecCapability: webrtc.RTPCodecCapability{
-			MimeType: webrtc.MimeTypeOpus, ClockRate: opusClock, Channels: 2,
-			SDPFmtpLine: "minptime=10;useinbandfec=1",
-		},
-		PayloadType: 111,
-	}, webrtc.RTPCodecTypeAudio); err != nil {
-		return nil, nil, fmt.Errorf("sfu: register opus: %w", err)
+	opus := opusCodec
+	opus.PayloadType = 111
+	if err := me.RegisterCodec(opus, webrtc.RTPCodecTypeAudio); err != nil {
+		return nil, fmt.Errorf("sfu: register opus: %w", err)
 	}
 	if err := me.RegisterHeaderExtension(webrtc.RTPHeaderExtensionCapability{URI: sdp.AudioLevelURI},
 		webrtc.RTPCodecTypeAudio); err != nil {
-		return nil, nil, fmt.Errorf("sfu: register audio level: %w", err)
+		return nil, fmt.Errorf("sfu: register audio level: %w", err)
 	}
-	ir := &interceptor.Registry{}
-	if err := webrtc.ConfigureRTCPReports(ir); err != nil {
-		return nil, nil, fmt.Errorf("sfu: rtcp reports: %w", err)
-	}
-	// Our own stats interceptor, read per SSRC, rather than
-	// PeerConnection.GetStats: pion's close clears what GetStats reads
-	// without a lock, and pion closes a PeerConnection on its own when the
-	// peer's DTLS close_notify arrives, so GetStats races with it.
-	getters := &statsGetters{}
-	si, err := stats.NewInterceptor()
-	if err != nil {
-		return nil, nil, fmt.Errorf("sfu: stats: %w", err)
-	}
-	si.OnNewPeerConnection(func(id string, g stats.Getter) { getters.m.Store(id, g) })
-	ir.Add(si)
 	se := port.SettingEngine()
-	return webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(ir),
-		webrtc.WithSettingEngine(se)), getters, nil
+	// The edge is ICE-lite: the client (a full agent) runs the checks and
+	// consent freshness (RFC 7675: a binding request every ~5 s), so the
+	// edge's agent sends no keepalives of its own (0) and only needs to
+	// notice a client gone quiet: disconnected after 12 s without a
+	// packet, failed (the peer leaves) 18 s later, the same 30 s pion's
+	// defaults give, with one agent wake-up every 12 s instead of 2 s.
+	se.SetICETimeouts(iceDisconnected, iceFailed, 0)
+	return webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(&interceptor.Registry{}),
+		webrtc.WithSettingEngine(se)), nil
 }
 
-// statsGetters maps a PeerConnection's ID to its stats interceptor.
-type statsGetters struct {
-	m sync.Map // string -> stats.Getter
-}
-
-// take returns the getter of the PeerConnection with id and forgets it
-// (the peer keeps it); nil if there is none.
-func (g *statsGetters) take(id string) stats.Getter {
-	v, ok := g.m.LoadAndDelete(id)
-	if !ok {
-		return nil
-	}
-	return v.(stats.Getter)
-}
+// ICE timers of voice peers (see newAPI).
+const (
+	iceDisconnected = 12 * time.Second
+	iceFailed       = 18 * time.Second
+)
 
 // Run drives recomputation of rooms marked dirty (movement, speaking
-// changes), speaking timeouts and RTCP quality sampling, until ctx is done.
+// changes), speaking timeouts, voice RTCP and quality sampling, until ctx
+// is done.
 func (s *SFU) Run(ctx context.Context) error {
 	stats := time.NewTicker(s.cfg.StatsInterval)
 	defer stats.Stop()
 	silence := time.NewTicker(s.cfg.SilenceAfter / 3)
 	defer silence.Stop()
-	reports := time.NewTicker(time.Second) // RTCP SR interval
+	reports := time.NewTicker(s.cfg.ReportInterval)
 	defer reports.Stop()
 	var heartbeat <-chan time.Time
 	if s.deps.Rooms != nil {
@@ -198,7 +184,7 @@ func (s *SFU) Run(ctx context.Context) error {
 		case <-stats.C:
 			s.sampleQuality()
 		case <-reports.C:
-			s.sendSenderReports()
+			s.sendReports()
 		}
 	}
 }
@@ -255,9 +241,12 @@ func (s *SFU) UpdatePosition(sessionID string, x, y, z int32) {
 // Control applies a mute/unmute or squad join/leave from the realtime
 // session. The affected room is recomputed before Control returns, so the
 // change is in effect for the next packet (well within one 20 ms frame).
+// A client's mistake is a *codec.WireError with a client code
+// (voice_control_invalid, voice_control_limit) wrapping ErrBadControl or
+// ErrLimit; nothing changes and the session goes on.
 func (s *SFU) Control(sessionID string, c *codec.VoiceControl) error {
 	if c == nil || c.GetOp() == nil {
-		return ErrBadControl
+		return controlError(ErrBadControl, "voice control without an operation")
 	}
 	s.mu.Lock()
 	m := s.memberLocked(sessionID)
@@ -266,9 +255,9 @@ func (s *SFU) Control(sessionID string, c *codec.VoiceControl) error {
 	case *codec.VoiceControl_MuteEntityId:
 		switch {
 		case op.MuteEntityId == 0:
-			err = fmt.Errorf("%w: mute entity 0", ErrBadControl)
+			err = controlError(ErrBadControl, "mute of entity 0")
 		case len(m.muted) >= s.cfg.MaxMutes:
-			err = fmt.Errorf("%w: %d mutes", ErrLimit, len(m.muted))
+			err = controlError(ErrLimit, "more than %d muted entities", s.cfg.MaxMutes)
 		default:
 			if m.muted == nil {
 				m.muted = make(map[uint32]struct{})
@@ -278,11 +267,12 @@ func (s *SFU) Control(sessionID string, c *codec.VoiceControl) error {
 	case *codec.VoiceControl_UnmuteEntityId:
 		delete(m.muted, op.UnmuteEntityId)
 	case *codec.VoiceControl_JoinSquad:
+		_, member := m.squads[op.JoinSquad]
 		switch {
-		case op.JoinSquad == "" || len(op.JoinSquad) > 128:
-			err = fmt.Errorf("%w: squad id length %d", ErrBadControl, len(op.JoinSquad))
-		case len(m.squads) >= s.cfg.MaxSquads:
-			err = fmt.Errorf("%w: %d squads", ErrLimit, len(m.squads))
+		case op.JoinSquad == "" || len(op.JoinSquad) > maxSquadID:
+			err = controlError(ErrBadControl, "squad id of %d bytes (1 to %d)", len(op.JoinSquad), maxSquadID)
+		case !member && len(m.squads) >= s.cfg.MaxSquads:
+			err = controlError(ErrLimit, "more than %d squads", s.cfg.MaxSquads)
 		default:
 			if m.squads == nil {
 				m.squads = make(map[string]struct{})
@@ -292,7 +282,7 @@ func (s *SFU) Control(sessionID string, c *codec.VoiceControl) error {
 	case *codec.VoiceControl_LeaveSquad:
 		delete(m.squads, op.LeaveSquad)
 	default:
-		err = ErrBadControl
+		err = controlError(ErrBadControl, "unknown voice control operation")
 	}
 	var evs []pendingEvent
 	if err == nil && m.peer != nil {
@@ -302,6 +292,9 @@ func (s *SFU) Control(sessionID string, c *codec.VoiceControl) error {
 	s.notify(evs)
 	return err
 }
+
+// maxSquadID bounds a squad id (bytes).
+const maxSquadID = 128
 
 // SessionClosed forgets a realtime session and leaves its voice peer.
 func (s *SFU) SessionClosed(sessionID string) {

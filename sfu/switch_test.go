@@ -61,8 +61,8 @@ func TestSlotSwitchContinuity(t *testing.T) {
 }
 
 // TestStalledListener: a client that stops reading does not delay the
-// others (UDP never pushes back, and the SFU's per-listener queues are
-// bounded and drop the oldest).
+// others (UDP never pushes back, and the fan-out on the speaker's read
+// goroutine never waits on a listener).
 func TestStalledListener(t *testing.T) {
 	e := newEnv(t, nil)
 	cs := e.joinAll(2, tm{id: 1, room: "r"}, tm{id: 2, room: "r"}, tm{id: 3, room: "r"})

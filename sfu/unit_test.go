@@ -2,11 +2,14 @@ package sfu
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/pion/rtp"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/codec"
 )
 
 func TestParseRTP(t *testing.T) {
@@ -181,7 +184,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for name, mod := range map[string]func(*Config){
 		"slots":    func(c *Config) { c.Slots = 0 },
-		"queue":    func(c *Config) { c.QueueLen = 0 },
 		"loss":     func(c *Config) { c.LossBudget = 1 },
 		"latency":  func(c *Config) { c.LatencyBudgetMs = 0 },
 		"speaking": func(c *Config) { c.SpeakingOff = 120 },
@@ -194,23 +196,55 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// TestControlErrors: a client's mistakes are client codes from the
+// realtime protocol's table (never internal) and change nothing.
 func TestControlErrors(t *testing.T) {
-	s := bareSFU(t, func(c *Config) { c.MaxSquads = 1 })
+	s := bareSFU(t, func(c *Config) { c.MaxMutes = 2 })
 	s.members = map[string]*member{}
 	s.rooms = map[string]map[*peer]bool{}
-	if err := s.Control("x", nil); !errors.Is(err, ErrBadControl) {
+	for i := range 16 {
+		if err := s.Control("x", joinSquad(fmt.Sprint("squad-", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []uint32{1, 2} {
+		if err := s.Control("x", mute(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name     string
+		vc       *codec.VoiceControl
+		sentinel error
+		code     codec.Code
+	}{
+		{"nil", nil, ErrBadControl, codec.CodeVoiceControlInvalid},
+		{"empty operation", &codec.VoiceControl{}, ErrBadControl, codec.CodeVoiceControlInvalid},
+		{"mute entity 0", mute(0), ErrBadControl, codec.CodeVoiceControlInvalid},
+		{"empty squad id", joinSquad(""), ErrBadControl, codec.CodeVoiceControlInvalid},
+		{"129-byte squad id", joinSquad(strings.Repeat("s", 129)), ErrBadControl, codec.CodeVoiceControlInvalid},
+		{"17th squad", joinSquad("squad-16"), ErrLimit, codec.CodeVoiceControlLimit},
+		{"3rd mute", mute(3), ErrLimit, codec.CodeVoiceControlLimit},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := s.Control("x", c.vc)
+			if !errors.Is(err, c.sentinel) || codec.CodeOf(err) != c.code || !c.code.Valid() {
+				t.Fatalf("got %v (code %s), want %v with code %s", err, codec.CodeOf(err), c.sentinel, c.code)
+			}
+			if p := codec.ToProto(err); p.GetCode() != string(c.code) || p.GetMessage() == "" {
+				t.Fatalf("client sees %v", p)
+			}
+		})
+	}
+	m := s.members["x"]
+	if len(m.squads) != 16 || len(m.muted) != 2 {
+		t.Fatalf("refused controls changed the member: %d squads, %d mutes", len(m.squads), len(m.muted))
+	}
+	// At the limit, joining a squad already joined is no error.
+	if err := s.Control("x", joinSquad("squad-3")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Control("x", mute(0)); !errors.Is(err, ErrBadControl) {
-		t.Fatal(err)
-	}
-	if err := s.Control("x", joinSquad("")); !errors.Is(err, ErrBadControl) {
-		t.Fatal(err)
-	}
-	if err := s.Control("x", joinSquad("a")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Control("x", joinSquad("b")); !errors.Is(err, ErrLimit) {
-		t.Fatal(err)
+	if err := s.Control("x", joinSquad(strings.Repeat("s", 128))); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a 128-byte id is valid (and over the squad limit here): %v", err)
 	}
 }

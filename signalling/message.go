@@ -88,45 +88,77 @@ type Message struct {
 
 // Decode parses frame into m: frame must be one JSON object with a string
 // "type". Errors: ErrBadJSON, ErrNotObject, ErrNoType, ErrTooManyFields.
+// One pass validates the frame (exactly what json.Valid accepts,
+// jsonscan.go) and splits its top-level members; invalid JSON is
+// ErrBadJSON whatever else is wrong with it.
 func Decode(frame []byte, m *Message) error {
 	m.Raw, m.Type, m.n = frame, "", 0
-	if !json.Valid(frame) {
+	i := wsAt(frame, 0)
+	if i >= len(frame) {
 		return ErrBadJSON
 	}
-	i := skipWS(frame, 0)
 	if frame[i] != '{' {
+		if end, ok := validValue(frame, i, 0); !ok || wsAt(frame, end) != len(frame) {
+			return ErrBadJSON
+		}
 		return ErrNotObject
 	}
-	i = skipWS(frame, i+1)
-	if frame[i] == '}' {
+	i = wsAt(frame, i+1)
+	if i < len(frame) && frame[i] == '}' {
+		if wsAt(frame, i+1) != len(frame) {
+			return ErrBadJSON
+		}
 		return ErrNoType
 	}
+	tooMany := false
 	for {
-		if m.n == MaxFields {
-			return ErrTooManyFields
+		if i >= len(frame) || frame[i] != '"' {
+			return ErrBadJSON
 		}
-		var mb member
-		mb.all.lo = i
-		ke := skipString(frame, i)
-		mb.key = span{i + 1, ke - 1}
+		ke, ok := validString(frame, i)
+		if !ok {
+			return ErrBadJSON
+		}
+		mb := member{all: span{lo: i}, key: span{i + 1, ke - 1}}
 		for _, c := range frame[mb.key.lo:mb.key.hi] {
 			if c == '\\' {
 				mb.esc = true
 				break
 			}
 		}
-		i = skipWS(frame, ke)
-		i = skipWS(frame, i+1) // ':'
-		ve := skipValue(frame, i)
+		if i = wsAt(frame, ke); i >= len(frame) || frame[i] != ':' {
+			return ErrBadJSON
+		}
+		i = wsAt(frame, i+1)
+		ve, ok := validValue(frame, i, 1)
+		if !ok {
+			return ErrBadJSON
+		}
 		mb.val = span{i, ve}
 		mb.all.hi = ve
-		m.members[m.n] = mb
-		m.n++
-		i = skipWS(frame, ve)
+		if m.n == MaxFields {
+			tooMany = true // still validate the rest: bad JSON wins
+		} else {
+			m.members[m.n] = mb
+			m.n++
+		}
+		if i = wsAt(frame, ve); i >= len(frame) {
+			return ErrBadJSON
+		}
 		if frame[i] == '}' {
 			break
 		}
-		i = skipWS(frame, i+1) // ','
+		if frame[i] != ',' {
+			return ErrBadJSON
+		}
+		i = wsAt(frame, i+1)
+	}
+	if wsAt(frame, i+1) != len(frame) {
+		return ErrBadJSON
+	}
+	if tooMany {
+		m.n = 0
+		return ErrTooManyFields
 	}
 	t, ok := m.Field("type")
 	if !ok || len(t) < 2 || t[0] != '"' {
@@ -203,12 +235,48 @@ func (m *Message) Without(key string) []byte {
 // WithString returns a new frame whose key member is the JSON string val:
 // replaced in place when present (duplicates dropped), appended otherwise.
 func (m *Message) WithString(key, val string) []byte {
-	q, _ := json.Marshal(val)
-	return m.rebuild(key, q)
+	return m.rebuild(key, appendQuote(nil, val))
 }
 
+// rebuild is the frame with every key member removed (val nil), or with
+// its first key member's value replaced by the JSON value val (appended
+// when there is none) and the others removed. Every other member keeps
+// its bytes and order.
 func (m *Message) rebuild(key string, val []byte) []byte {
-	out := make([]byte, 0, len(m.Raw)+len(key)+len(val)+4)
+	return m.appendRebuilt(make([]byte, 0, m.rebuiltLen(key, val)), key, val)
+}
+
+// rebuiltLen is len(m.rebuild(key, val)), computed without building it
+// (a socket's frame header comes first).
+func (m *Message) rebuiltLen(key string, val []byte) int {
+	n, members := 2, 0 // the braces
+	done := val == nil
+	for j := 0; j < m.n; j++ {
+		mb := &m.members[j]
+		if m.keyIs(mb, key) {
+			if done {
+				continue
+			}
+			done = true
+			n += mb.val.lo - mb.all.lo + len(val)
+		} else {
+			n += mb.all.hi - mb.all.lo
+		}
+		members++
+	}
+	if !done {
+		var q [64]byte
+		n += len(strconv.AppendQuote(q[:0], key)) + 1 + len(val)
+		members++
+	}
+	if members > 1 {
+		n += members - 1 // commas
+	}
+	return n
+}
+
+// appendRebuilt appends m.rebuild(key, val) to out.
+func (m *Message) appendRebuilt(out []byte, key string, val []byte) []byte {
 	out = append(out, '{')
 	done := val == nil
 	first := true
@@ -242,71 +310,6 @@ func (m *Message) rebuild(key string, val []byte) []byte {
 		out = append(out, val...)
 	}
 	return append(out, '}')
-}
-
-// The scanners below run only over input json.Valid accepted; they still
-// stop at the end of the buffer rather than index past it.
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) {
-		switch b[i] {
-		case ' ', '\t', '\r', '\n':
-			i++
-		default:
-			return i
-		}
-	}
-	return len(b) - 1
-}
-
-// skipString returns the index just past the string starting at b[i] == '"'.
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(b)
-}
-
-// skipValue returns the index just past the value starting at b[i].
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return len(b)
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return len(b)
-	}
-	for i < len(b) {
-		switch b[i] {
-		case ',', '}', ']', ' ', '\t', '\r', '\n':
-			return i
-		}
-		i++
-	}
-	return len(b)
 }
 
 // Messages the broker composes. Ids are quoted with encoding/json, so an id

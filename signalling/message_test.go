@@ -125,6 +125,14 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("type %q, encoding/json says %v", m.Type, ref["type"])
 		}
 		delete(ref, "playerId")
+		// A socket's frame header is written from rebuiltLen before the
+		// frame is built: it must be exact.
+		if n, out := m.rebuiltLen("playerId", nil), m.Without("playerId"); n != len(out) {
+			t.Fatalf("rebuiltLen %d, built %d bytes: %q", n, len(out), out)
+		}
+		if n, out := m.rebuiltLen("playerId", []byte(`"Player7"`)), m.WithString("playerId", "Player7"); n != len(out) {
+			t.Fatalf("rebuiltLen %d, built %d bytes: %q", n, len(out), out)
+		}
 		for _, out := range [][]byte{m.Without("playerId"), m.WithString("playerId", "Player7")} {
 			var got map[string]any
 			if err := json.Unmarshal(out, &got); err != nil {

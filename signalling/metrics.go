@@ -35,6 +35,10 @@ type metrics struct {
 	sfus      prometheus.Gauge
 	relayed   *prometheus.CounterVec
 	dropped   *prometheus.CounterVec
+	// writes and frames: socket writes, and the frames they carried (a
+	// burst of frames leaves in one write: conn.go).
+	writes prometheus.Counter
+	frames prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer, reg *Registry) (*metrics, error) {
@@ -59,8 +63,16 @@ func newMetrics(r prometheus.Registerer, reg *Registry) (*metrics, error) {
 			Name: "egbe_pxstream_messages_dropped_total",
 			Help: "Signalling messages ignored or dropped, and sockets dropped, by reason.",
 		}, []string{"reason"}),
+		writes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egbe_pxstream_socket_writes_total",
+			Help: "Writes to signalling sockets (each carries every frame queued for that socket since the last).",
+		}),
+		frames: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egbe_pxstream_frames_written_total",
+			Help: "WebSocket frames handed to signalling socket writes (text, close and pong frames).",
+		}),
 	}
-	cs := []prometheus.Collector{m.streamers, m.players, m.sfus, m.relayed, m.dropped, &registryCollector{reg}}
+	cs := []prometheus.Collector{m.streamers, m.players, m.sfus, m.relayed, m.dropped, m.writes, m.frames, &registryCollector{reg}}
 	for _, c := range cs {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("signalling: register metrics: %w", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/wsframe"
 )
 
 // LeaseHooks is the seam the matchmaker wires (token mode; players in
@@ -102,7 +103,11 @@ type Server struct {
 	// sfus are the SFU connections in connection order (sfu.go). Guarded by mu.
 	sfus []*sfuConn
 
-	// wg counts every reader and writer goroutine.
+	// fl lists the sockets with frames to write (conn.go).
+	fl flushList
+
+	// wg counts every reader goroutine (each waits for its socket's
+	// writer goroutine, if one runs, in conn.finish).
 	wg sync.WaitGroup
 }
 
@@ -246,36 +251,34 @@ func (s *Server) upgradeQueue(w http.ResponseWriter, r *http.Request, log *slog.
 		return nil, false // the upgrader answered the HTTP error
 	}
 	c := newConn(s, ws, hj.bc, log)
-	if queue != cap(c.out) {
-		c.out = make(chan []byte, queue) // before any goroutine sees c
-	}
+	c.queue = queue // before any goroutine sees c
+	// Nothing else writes before the greeting: it joins the 101 response
+	// in the held batch, and both leave in one write.
+	var frames []byte
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		_ = ws.WriteControl(websocket.CloseMessage,
-			websocket.FormatCloseMessage(CloseGoingAway, "server closing"), time.Now().Add(time.Second))
+		_, _ = hj.bc.Write(wsframe.AppendClose(nil, CloseGoingAway, "server closing"))
+		_ = hj.bc.SetWriteDeadline(time.Now().Add(time.Second))
 		_ = hj.bc.flush()
-		_ = ws.Close()
+		_ = hj.bc.Conn.Close()
 		return nil, false
 	}
 	s.conns[c] = struct{}{}
-	s.wg.Add(2) // the reader (streamerReader, playerReader), and the writer
+	s.wg.Add(1) // the reader (streamerReader, playerReader, sfuReader)
 	s.mu.Unlock()
-	// The writer is not running yet and nothing else writes before the
-	// greeting: it joins the 101 response in the held batch.
-	var werr error
 	for _, f := range greeting {
-		if werr == nil {
-			werr = c.writeGreeting(f)
-		}
+		frames = wsframe.AppendHeader(frames, wsframe.OpText, len(f))
+		frames = append(frames, f...)
 	}
-	if ferr := hj.bc.flush(); werr == nil {
-		werr = ferr
-	}
-	if werr != nil {
+	_, _ = hj.bc.Write(frames)
+	_ = hj.bc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	if err := hj.bc.flush(); err != nil {
 		c.kill()
 	}
-	go c.writeLoop()
+	// No deadline from here: the socket's writes never block (conn.flush);
+	// the writer goroutine arms its own.
+	_ = hj.bc.SetWriteDeadline(time.Time{})
 	return c, true
 }
 
@@ -352,7 +355,7 @@ func (s *Server) serveStreamer(w http.ResponseWriter, r *http.Request) {
 // streamerReader is a streamer socket's reader. It has its own goroutine
 // (counted in s.wg by upgrade) so the HTTP server's goroutine ends with the
 // upgrade and frees the request's buffers: an idle socket keeps only its
-// reader, writer and WebSocket state.
+// reader goroutine and its conn (no buffer: conn.go).
 func (s *Server) streamerReader(c *conn, authErr error, pop string, codecs []string, tokenID string) {
 	defer s.release(c)
 	if authErr != nil {
@@ -617,13 +620,12 @@ func (s *Server) streamerToPlayer(st *streamer, m *Message) {
 			return
 		}
 	}
-	out := m.Without("playerId")
 	s.mu.Lock()
 	// Still subscribed? (it may have left while CheckOffer ran.) Sending
 	// under mu keeps this streamer's frames in order.
 	if p.streamer == st {
 		s.met.relay(m.Type) // counted before the peer can see it
-		p.send(out)
+		p.sendEdited(m, "playerId", nil)
 		s.mu.Unlock()
 		return
 	}
@@ -876,7 +878,8 @@ func (s *Server) playerToStreamer(p *player, m *Message) {
 		joined = true
 	}
 	s.met.relay(m.Type)
-	p.streamer.send(m.WithString("playerId", p.id))
+	var q [32]byte
+	p.streamer.sendEdited(m, "playerId", appendQuote(q[:0], p.id))
 	s.mu.Unlock()
 	s.afterJoined(p, joined)
 }

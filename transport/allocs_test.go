@@ -17,6 +17,7 @@ import (
 	"github.com/quic-go/webtransport-go"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/wsframe"
 )
 
 // The per-message path allocates nothing in this package: WebSocket not at
@@ -27,20 +28,20 @@ import (
 // clientFrame is a masked client frame carrying payload.
 func clientFrame(op byte, payload []byte) []byte {
 	key := [4]byte{0x11, 0x22, 0x33, 0x44}
-	b := []byte{wsFin | op}
+	b := []byte{wsframe.Fin | op}
 	switch n := len(payload); {
 	case n <= 125:
-		b = append(b, wsMask|byte(n))
+		b = append(b, wsframe.MaskBit|byte(n))
 	case n <= 0xFFFF:
-		b = append(b, wsMask|126, byte(n>>8), byte(n))
+		b = append(b, wsframe.MaskBit|126, byte(n>>8), byte(n))
 	default:
-		b = append(b, wsMask|127)
+		b = append(b, wsframe.MaskBit|127)
 		b = binary.BigEndian.AppendUint64(b, uint64(n))
 	}
 	b = append(b, key[:]...)
 	start := len(b)
 	b = append(b, payload...)
-	wsUnmask(key, 0, b[start:])
+	wsframe.Unmask(key, 0, b[start:])
 	return b
 }
 
@@ -97,7 +98,7 @@ func TestWebSocketZeroAllocs(t *testing.T) {
 		})
 	}
 	for _, size := range []int{64, 3000} { // in place, and assembled
-		frame := clientFrame(wsOpBinary, make([]byte, size))
+		frame := clientFrame(wsframe.OpBinary, make([]byte, size))
 		t.Run(fmt.Sprintf("read %dB", size), func(t *testing.T) {
 			if a := testing.AllocsPerRun(200, func() {
 				if _, err := nc.Write(frame); err != nil {
@@ -114,10 +115,10 @@ func TestWebSocketZeroAllocs(t *testing.T) {
 	}
 	t.Run("read fragmented", func(t *testing.T) {
 		var frames []byte
-		frames = append(frames, clientFrame(wsOpBinary, make([]byte, 700))...)
-		frames[0] &^= wsFin
-		frames = append(frames, clientFrame(wsOpPing, []byte("p"))...)
-		frames = append(frames, clientFrame(wsOpContinuation, make([]byte, 700))...)
+		frames = append(frames, clientFrame(wsframe.OpBinary, make([]byte, 700))...)
+		frames[0] &^= wsframe.Fin
+		frames = append(frames, clientFrame(wsframe.OpPing, []byte("p"))...)
+		frames = append(frames, clientFrame(wsframe.OpContinuation, make([]byte, 700))...)
 		if a := testing.AllocsPerRun(200, func() {
 			if _, err := nc.Write(frames); err != nil {
 				t.Fatal(err)

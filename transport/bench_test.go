@@ -25,6 +25,7 @@ import (
 	"github.com/quic-go/webtransport-go"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/wsframe"
 )
 
 // BenchmarkWebSocketEcho compares one round trip through the edge's
@@ -256,7 +257,7 @@ func BenchmarkWebSocketBurst(b *testing.B) {
 
 func benchBurst(b *testing.B, url string, n int, writes *atomic.Int64) {
 	c := dialRaw(b, url)
-	trigger := clientFrame(wsOpBinary, []byte{byte(n)})
+	trigger := clientFrame(wsframe.OpBinary, []byte{byte(n)})
 	b.ReportAllocs()
 	w0, cpu0 := writes.Load(), processCPU()
 	for b.Loop() {
@@ -279,7 +280,7 @@ func benchBurst(b *testing.B, url string, n int, writes *atomic.Int64) {
 func BenchmarkWebSocketIngest(b *testing.B) {
 	msg := make([]byte, 40)
 	for _, n := range []int{1, 16} {
-		burst := bytes.Repeat(clientFrame(wsOpBinary, msg), n)
+		burst := bytes.Repeat(clientFrame(wsframe.OpBinary, msg), n)
 		b.Run(fmt.Sprintf("edge/%d", n), func(b *testing.B) {
 			ws, err := NewWebSocket(DefaultWebSocketConfig(), func(ctx context.Context, c Conn) {
 				for i := 1; ; i++ {

@@ -28,7 +28,4 @@ var (
 	errCloseGrace = errors.New("transport: no close reply within the grace period")
 	// errPeerClosed: the WebSocket peer sent its close frame.
 	errPeerClosed = errors.New("transport: peer closed")
-	// errWSProtocol: the peer broke RFC 6455; the connection is closed with
-	// the wsProtoError's code.
-	errWSProtocol = errors.New("transport: websocket protocol error")
 )

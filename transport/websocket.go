@@ -17,11 +17,12 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/wsframe"
 )
 
 // WebSocket serves the WebSocket transport (one reliable lane) at
 // PathWebSocket. gorilla performs the HTTP upgrade; after the 101 response
-// this package frames the connection itself (wsframe.go), so that:
+// this package frames the connection itself (internal/wsframe), so that:
 //
 //   - the reader (the Handler's Read calls) parses frames out of one
 //     ReadBufferSize buffer the connection keeps, and returns a message that
@@ -153,7 +154,7 @@ func (s *WebSocket) serveConn(nc net.Conn, subprotocol string) {
 	// nothing but Shutdown cancels a connection's context, and an idle
 	// connection is the cheaper by it.
 	s.h(s.baseCtx, c)
-	c.Close(wsCloseNormal, "")
+	c.Close(wsframe.CloseNormal, "")
 	c.finish()
 
 	s.mu.Lock()
@@ -215,9 +216,9 @@ type wsConn struct {
 	peerGone atomic.Bool // the socket failed or the close handshake completed: nothing to drain
 
 	// Read side, owned by the Read caller.
-	rbuf       []byte   // ReadBufferSize bytes for the connection's life
-	rpos, rend int      // unread bytes are rbuf[rpos:rend]
-	hdr        wsHeader // the frame being read, while inFrame
+	rbuf       []byte         // ReadBufferSize bytes for the connection's life
+	rpos, rend int            // unread bytes are rbuf[rpos:rend]
+	hdr        wsframe.Header // the frame being read, while inFrame
 	inFrame    bool
 	left       int64  // payload bytes of hdr not yet read
 	maskPos    int    // masking key position reached in hdr's payload
@@ -242,10 +243,10 @@ type wsConn struct {
 var _ Conn = (*wsConn)(nil)
 
 func newWSConn(s *WebSocket, nc net.Conn, subprotocol string) *wsConn {
-	c := &wsConn{s: s, nc: nc, ending: newEnding(), enc: EncodingProto, op: wsOpBinary,
+	c := &wsConn{s: s, nc: nc, ending: newEnding(), enc: EncodingProto, op: wsframe.OpBinary,
 		rbuf: make([]byte, s.cfg.ReadBufferSize)}
 	if subprotocol == SubprotocolJSON {
-		c.enc, c.op = EncodingJSON, wsOpText
+		c.enc, c.op = EncodingJSON, wsframe.OpText
 	}
 	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.PingInterval))
 	return c
@@ -276,7 +277,7 @@ func (c *wsConn) Read(ctx context.Context) (Message, error) {
 		c.s.km.msg(Reliable, dirIn, len(m.Data))
 		return m, nil
 	}
-	var pe *wsProtoError
+	var pe *wsframe.ProtocolError
 	switch {
 	case errors.Is(err, errReadCancelled):
 		// The reader gave up, not the connection: the writer may still
@@ -292,7 +293,7 @@ func (c *wsConn) Read(ctx context.Context) (Message, error) {
 		return Message{}, err
 	case errors.As(err, &pe):
 		c.end(fmt.Errorf("%w: %w", ErrClosed, err))
-		_ = c.Close(uint32(pe.code), "protocol error")
+		_ = c.Close(uint32(pe.Code), "protocol error")
 	default:
 		c.peerGone.Store(true)
 		c.end(fmt.Errorf("%w: %w", ErrClosed, err))
@@ -335,37 +336,37 @@ func (c *wsConn) next(ctx context.Context) (Message, error) {
 			}
 		}
 		h := &c.hdr
-		if h.op >= wsOpClose {
+		if h.Op >= wsframe.OpClose {
 			// A control frame (at most 125 bytes) is handled whole, even
 			// between the fragments of a message.
-			n := int(h.length)
+			n := int(h.Length)
 			if err := c.fill(ctx, n); err != nil {
 				return Message{}, err
 			}
 			p := c.rbuf[c.rpos : c.rpos+n]
-			wsUnmask(h.mask, 0, p)
+			wsframe.Unmask(h.Mask, 0, p)
 			c.rpos += n
 			c.inFrame = false
-			if err := c.control(h.op, p); err != nil {
+			if err := c.control(h.Op, p); err != nil {
 				return Message{}, err
 			}
 			continue
 		}
-		if h.op != wsOpContinuation {
-			if h.fin && h.length <= int64(len(c.rbuf)) {
+		if h.Op != wsframe.OpContinuation {
+			if h.Fin && h.Length <= int64(len(c.rbuf)) {
 				// The common case: a whole message in one frame that fits
 				// the read buffer is unmasked in place and returned from it.
-				n := int(h.length)
+				n := int(h.Length)
 				if err := c.fill(ctx, n); err != nil {
 					return Message{}, err
 				}
 				p := c.rbuf[c.rpos : c.rpos+n]
-				wsUnmask(h.mask, 0, p)
+				wsframe.Unmask(h.Mask, 0, p)
 				c.rpos += n
 				c.inFrame = false
 				return Message{Lane: Reliable, Data: p}, nil
 			}
-			c.msgOp = h.op
+			c.msgOp = h.Op
 			if cap(c.msg) > wsKeepMsg {
 				c.msg = nil
 			}
@@ -375,7 +376,7 @@ func (c *wsConn) next(ctx context.Context) (Message, error) {
 			return Message{}, err
 		}
 		c.inFrame = false
-		if h.fin {
+		if h.Fin {
 			c.msgOp = 0
 			return Message{Lane: Reliable, Data: c.msg}, nil
 		}
@@ -385,7 +386,7 @@ func (c *wsConn) next(ctx context.Context) (Message, error) {
 // nextHeader reads and checks the next frame header.
 func (c *wsConn) nextHeader(ctx context.Context) error {
 	for {
-		h, need, err := parseWSHeader(c.rbuf[c.rpos:c.rend])
+		h, need, err := wsframe.ParseHeader(c.rbuf[c.rpos:c.rend])
 		if err != nil {
 			return err
 		}
@@ -395,24 +396,24 @@ func (c *wsConn) nextHeader(ctx context.Context) error {
 			}
 			continue
 		}
-		switch h.op {
-		case wsOpText, wsOpBinary:
+		switch h.Op {
+		case wsframe.OpText, wsframe.OpBinary:
 			if c.msgOp != 0 {
-				return protoErr(wsCloseProtocol, "new message inside a fragmented one")
+				return &wsframe.ProtocolError{Code: wsframe.CloseProtocol, Msg: "new message inside a fragmented one"}
 			}
-			if h.length > codec.MaxMessageSize {
-				return fmt.Errorf("%w: %d bytes", ErrMessageTooLarge, h.length)
+			if h.Length > codec.MaxMessageSize {
+				return fmt.Errorf("%w: %d bytes", ErrMessageTooLarge, h.Length)
 			}
-		case wsOpContinuation:
+		case wsframe.OpContinuation:
 			if c.msgOp == 0 {
-				return protoErr(wsCloseProtocol, "continuation frame outside a message")
+				return &wsframe.ProtocolError{Code: wsframe.CloseProtocol, Msg: "continuation frame outside a message"}
 			}
-			if total := int64(len(c.msg)) + h.length; total > codec.MaxMessageSize {
+			if total := int64(len(c.msg)) + h.Length; total > codec.MaxMessageSize {
 				return fmt.Errorf("%w: over %d bytes", ErrMessageTooLarge, codec.MaxMessageSize)
 			}
 		}
-		c.rpos += h.size
-		c.hdr, c.inFrame, c.left, c.maskPos = h, true, h.length, 0
+		c.rpos += h.Size
+		c.hdr, c.inFrame, c.left, c.maskPos = h, true, h.Length, 0
 		return nil
 	}
 }
@@ -426,7 +427,7 @@ func (c *wsConn) readPayload(ctx context.Context) error {
 			n := int(min(int64(c.rend-c.rpos), c.left))
 			start := len(c.msg)
 			c.msg = append(c.msg, c.rbuf[c.rpos:c.rpos+n]...)
-			c.maskPos = wsUnmask(c.hdr.mask, c.maskPos, c.msg[start:])
+			c.maskPos = wsframe.Unmask(c.hdr.Mask, c.maskPos, c.msg[start:])
 			c.rpos += n
 			c.left -= int64(n)
 			continue
@@ -441,7 +442,7 @@ func (c *wsConn) readPayload(ctx context.Context) error {
 		start := len(c.msg)
 		n, err := c.readSome(ctx, c.msg[start:start+int(c.left)])
 		c.msg = c.msg[:start+n]
-		c.maskPos = wsUnmask(c.hdr.mask, c.maskPos, c.msg[start:])
+		c.maskPos = wsframe.Unmask(c.hdr.Mask, c.maskPos, c.msg[start:])
 		c.left -= int64(n)
 		if err != nil {
 			return err
@@ -519,7 +520,7 @@ func (c *wsConn) keepalive(ctx context.Context) error {
 	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.PongWait))
 	c.deadlineMu.Unlock()
 	// A failed ping write shows on the next read or write.
-	_ = c.writeControl(wsOpPing, nil)
+	_ = c.writeControl(wsframe.OpPing, nil)
 	return nil
 }
 
@@ -527,12 +528,12 @@ func (c *wsConn) keepalive(ctx context.Context) error {
 // close reply (then the connection is over).
 func (c *wsConn) control(op byte, p []byte) error {
 	switch op {
-	case wsOpPing:
-		if err := c.writeControl(wsOpPong, p); err != nil && !errors.Is(err, ErrClosed) {
+	case wsframe.OpPing:
+		if err := c.writeControl(wsframe.OpPong, p); err != nil && !errors.Is(err, ErrClosed) {
 			return err
 		}
-	case wsOpClose:
-		code, err := parseWSClose(p)
+	case wsframe.OpClose:
+		code, err := wsframe.ParseClose(p)
 		if err != nil {
 			return err
 		}
@@ -606,13 +607,13 @@ func (c *wsConn) appendLocked(ctx context.Context, op byte, msg []byte) error {
 		return ErrClosed
 	}
 	buf := c.buffer()
-	if len(*buf) > 0 && len(*buf)+wsMaxServerHeader+len(msg) > wsMaxBatch {
+	if len(*buf) > 0 && len(*buf)+wsframe.MaxServerHeader+len(msg) > wsMaxBatch {
 		if err := c.writeLocked(ctx); err != nil {
 			return err
 		}
 		buf = c.buffer()
 	}
-	*buf = appendWSHeader(*buf, op, len(msg))
+	*buf = wsframe.AppendHeader(*buf, op, len(msg))
 	*buf = append(*buf, msg...)
 	return nil
 }
@@ -710,7 +711,7 @@ func (c *wsConn) sendClose(code int, reason string) error {
 		return c.werr
 	}
 	buf := c.buffer()
-	*buf = appendWSClose(*buf, code, reason)
+	*buf = wsframe.AppendClose(*buf, code, reason)
 	c.wdl = time.Now().Add(closeWriteTimeout)
 	_ = c.nc.SetWriteDeadline(c.wdl)
 	return c.writeLocked(context.Background())

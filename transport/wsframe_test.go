@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/wsframe"
 )
 
 // The framing after the upgrade is this package's: each case writes raw
@@ -70,10 +71,10 @@ func TestWebSocketFraming(t *testing.T) {
 		ws, nc, reads := dial(t)
 		pong := make(chan string, 1)
 		ws.SetPongHandler(func(s string) error { pong <- s; return nil })
-		if _, err := nc.Write(clientFrame(wsOpPing, []byte("are you there"))); err != nil {
+		if _, err := nc.Write(clientFrame(wsframe.OpPing, []byte("are you there"))); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := nc.Write(clientFrame(wsOpBinary, []byte("after"))); err != nil {
+		if _, err := nc.Write(clientFrame(wsframe.OpBinary, []byte("after"))); err != nil {
 			t.Fatal(err)
 		}
 		if _, b, err := ws.ReadMessage(); err != nil || string(b) != "after" {
@@ -86,15 +87,15 @@ func TestWebSocketFraming(t *testing.T) {
 	})
 	t.Run("fragments with a ping between", func(t *testing.T) {
 		ws, nc, reads := dial(t)
-		first := clientFrame(wsOpBinary, []byte("frag"))
-		first[0] &^= wsFin
+		first := clientFrame(wsframe.OpBinary, []byte("frag"))
+		first[0] &^= wsframe.Fin
 		var b []byte
 		b = append(b, first...)
-		b = append(b, clientFrame(wsOpPing, nil)...)
-		mid := clientFrame(wsOpContinuation, []byte("men"))
-		mid[0] &^= wsFin
+		b = append(b, clientFrame(wsframe.OpPing, nil)...)
+		mid := clientFrame(wsframe.OpContinuation, []byte("men"))
+		mid[0] &^= wsframe.Fin
 		b = append(b, mid...)
-		b = append(b, clientFrame(wsOpContinuation, bytes.Repeat([]byte("t"), 2000))...)
+		b = append(b, clientFrame(wsframe.OpContinuation, bytes.Repeat([]byte("t"), 2000))...)
 		if _, err := nc.Write(b); err != nil {
 			t.Fatal(err)
 		}
@@ -109,23 +110,23 @@ func TestWebSocketFraming(t *testing.T) {
 		frame []byte
 		code  int
 	}{
-		{"unmasked frame", []byte{wsFin | wsOpBinary, 2, 'h', 'i'}, wsCloseProtocol},
-		{"reserved bit", append([]byte{0x40 | wsFin | wsOpBinary}, clientFrame(wsOpBinary, []byte("x"))[1:]...), wsCloseProtocol},
-		{"continuation first", clientFrame(wsOpContinuation, []byte("x")), wsCloseProtocol},
-		{"unknown opcode", clientFrame(0x3, []byte("x")), wsCloseProtocol},
-		{"fragmented ping", func() []byte { f := clientFrame(wsOpPing, nil); f[0] &^= wsFin; return f }(), wsCloseProtocol},
-		{"close reason not UTF-8", clientFrame(wsOpClose, []byte{0x03, 0xE8, 0xff, 0xfe}), wsCloseInvalidUTF},
-		{"close code out of range", clientFrame(wsOpClose, []byte{0x00, 0x10}), wsCloseProtocol},
+		{"unmasked frame", []byte{wsframe.Fin | wsframe.OpBinary, 2, 'h', 'i'}, wsframe.CloseProtocol},
+		{"reserved bit", append([]byte{0x40 | wsframe.Fin | wsframe.OpBinary}, clientFrame(wsframe.OpBinary, []byte("x"))[1:]...), wsframe.CloseProtocol},
+		{"continuation first", clientFrame(wsframe.OpContinuation, []byte("x")), wsframe.CloseProtocol},
+		{"unknown opcode", clientFrame(0x3, []byte("x")), wsframe.CloseProtocol},
+		{"fragmented ping", func() []byte { f := clientFrame(wsframe.OpPing, nil); f[0] &^= wsframe.Fin; return f }(), wsframe.CloseProtocol},
+		{"close reason not UTF-8", clientFrame(wsframe.OpClose, []byte{0x03, 0xE8, 0xff, 0xfe}), wsframe.CloseInvalidUTF8},
+		{"close code out of range", clientFrame(wsframe.OpClose, []byte{0x00, 0x10}), wsframe.CloseProtocol},
 		{"declared 2^62 bytes", func() []byte {
-			b := []byte{wsFin | wsOpBinary, wsMask | 127}
+			b := []byte{wsframe.Fin | wsframe.OpBinary, wsframe.MaskBit | 127}
 			b = binary.BigEndian.AppendUint64(b, 1<<62)
 			return append(b, 1, 2, 3, 4)
 		}(), int(codec.CodeFrameTooLarge.CloseCode())},
 		{"declared 2^63 bytes", func() []byte {
-			b := []byte{wsFin | wsOpBinary, wsMask | 127}
+			b := []byte{wsframe.Fin | wsframe.OpBinary, wsframe.MaskBit | 127}
 			b = binary.BigEndian.AppendUint64(b, 1<<63)
 			return append(b, 1, 2, 3, 4)
-		}(), wsCloseProtocol},
+		}(), wsframe.CloseProtocol},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ws, nc, reads := dial(t)
@@ -158,14 +159,14 @@ func TestWebSocketFraming(t *testing.T) {
 // it returns whole messages within MaxMessageSize or a typed error, never
 // panics, and never reads past the connection's end.
 func FuzzWebSocketRead(f *testing.F) {
-	f.Add(clientFrame(wsOpBinary, []byte("\x0a\x03abc")))
-	f.Add(clientFrame(wsOpText, []byte(`{"hello":{}}`)))
-	f.Add(append(clientFrame(wsOpPing, []byte("p")), clientFrame(wsOpBinary, bytes.Repeat([]byte{7}, 3000))...))
-	frag := clientFrame(wsOpBinary, []byte("ab"))
-	frag[0] &^= wsFin
-	f.Add(append(frag, clientFrame(wsOpContinuation, []byte("cd"))...))
-	f.Add(clientFrame(wsOpClose, []byte{0x03, 0xE8}))
-	f.Add([]byte{wsFin | wsOpBinary, wsMask | 127, 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4})
+	f.Add(clientFrame(wsframe.OpBinary, []byte("\x0a\x03abc")))
+	f.Add(clientFrame(wsframe.OpText, []byte(`{"hello":{}}`)))
+	f.Add(append(clientFrame(wsframe.OpPing, []byte("p")), clientFrame(wsframe.OpBinary, bytes.Repeat([]byte{7}, 3000))...))
+	frag := clientFrame(wsframe.OpBinary, []byte("ab"))
+	frag[0] &^= wsframe.Fin
+	f.Add(append(frag, clientFrame(wsframe.OpContinuation, []byte("cd"))...))
+	f.Add(clientFrame(wsframe.OpClose, []byte{0x03, 0xE8}))
+	f.Add([]byte{wsframe.Fin | wsframe.OpBinary, wsframe.MaskBit | 127, 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4})
 	s, err := NewWebSocket(DefaultWebSocketConfig(), func(context.Context, Conn) {}, nil, nil)
 	if err != nil {
 		f.Fatal(err)
@@ -207,23 +208,4 @@ func FuzzWebSocketRead(f *testing.F) {
 			}
 		}
 	})
-}
-
-func TestWSUnmaskAnyOffset(t *testing.T) {
-	key := [4]byte{1, 2, 3, 4}
-	want := make([]byte, 37)
-	for i := range want {
-		want[i] = byte(i) ^ key[i%4]
-	}
-	for split := range 37 {
-		b := make([]byte, 37)
-		for i := range b {
-			b[i] = byte(i)
-		}
-		pos := wsUnmask(key, 0, b[:split])
-		wsUnmask(key, pos, b[split:])
-		if !bytes.Equal(b, want) {
-			t.Fatalf("split at %d: %v", split, b)
-		}
-	}
 }

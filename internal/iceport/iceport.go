@@ -5,6 +5,12 @@
 //
 // Consumers build their own webrtc.API (each has its own media engine and
 // interceptors) from the SettingEngine this package hands out.
+//
+// Writes on the port are batched (batch.go): packets leave in sendmmsg(2)
+// batches, with UDP GSO for same-destination runs where the kernel has it.
+// A producer of bursts (the voice SFU's fan-out) brackets each burst with
+// Cork/Uncork so that the whole burst leaves in as few syscalls as the
+// batch size allows; everyone else's writes go out at once.
 package iceport
 
 import (
@@ -29,6 +35,7 @@ type Config struct {
 // Port is the shared ICE UDP socket and its mux.
 type Port struct {
 	conn *net.UDPConn // immutable after Listen
+	bc   *batchConn   // immutable after Listen: conn with batched writes
 	mux  ice.UDPMux   // immutable after Listen
 	cfg  Config       // immutable after Listen
 }
@@ -47,9 +54,28 @@ func Listen(cfg Config) (*Port, error) {
 	// busy; the kernel default (~200 KiB) drops under load.
 	_ = conn.SetReadBuffer(8 << 20)
 	_ = conn.SetWriteBuffer(8 << 20)
+	bc, err := newBatchConn(conn)
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("iceport: %w", err)
+	}
 	logger := logging.NewDefaultLoggerFactory().NewLogger("iceport")
-	return &Port{conn: conn, mux: webrtc.NewICEUDPMux(logger, conn), cfg: cfg}, nil
+	return &Port{conn: conn, bc: bc, mux: webrtc.NewICEUDPMux(logger, bc), cfg: cfg}, nil
 }
+
+// Cork holds the port's writes in the current batch until the matching
+// Uncork, so that a burst (one packet fanned out to many peers) leaves in
+// one sendmmsg per 64 packets. Corks nest and may be held by several
+// goroutines. A corked packet waits at most for its batch to fill, the
+// last Uncork, or 2 ms, whichever comes first. The holder must not block
+// between Cork and Uncork.
+func (p *Port) Cork() { p.bc.cork() }
+
+// Uncork releases one Cork; the last one sends what waits.
+func (p *Port) Uncork() { p.bc.uncork() }
+
+// Stats reports what the batching writer has done since Listen.
+func (p *Port) Stats() Stats { return p.bc.stats() }
 
 // Addr is the bound UDP address.
 func (p *Port) Addr() *net.UDPAddr { return p.conn.LocalAddr().(*net.UDPAddr) }
@@ -78,10 +104,10 @@ func (p *Port) SettingEngine() webrtc.SettingEngine {
 	return se
 }
 
-// Close stops the mux and closes the socket.
+// Close stops the mux, sends what is queued and closes the socket.
 func (p *Port) Close() error {
 	err := p.mux.Close()
-	if cerr := p.conn.Close(); err == nil {
+	if cerr := p.bc.Close(); err == nil {
 		err = cerr
 	}
 	return err

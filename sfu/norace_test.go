@@ -1,0 +1,5 @@
+//go:build !race
+
+package sfu
+
+const raceEnabled = false
