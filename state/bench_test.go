@@ -27,9 +27,8 @@ func BenchmarkQueue(b *testing.B) {
 				if name == "memory" {
 					q = NewMemoryQueue()
 				} else {
-					c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
-					b.Cleanup(func() { _ = c.Close() })
-					c.FlushAll(ctx)
+					c := testRedis(b, &redis.Options{Addr: srv.Addr, PoolSize: 64})
+					c.Client().FlushAll(ctx)
 					rq, err := NewRedisQueue(ctx, c, true)
 					if err != nil {
 						b.Fatal(err)

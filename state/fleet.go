@@ -2,73 +2,60 @@ package state
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // FleetBoard is where every edge of a fleet publishes a small snapshot of
 // its own figures (for the operator dashboard), and where any edge reads
-// the whole fleet's. A snapshot lapses when its edge stops publishing.
+// the whole fleet's. A snapshot shows while its edge is a live member of
+// the fleet (members.go) and has published within the snapshot's ttl.
 type FleetBoard interface {
 	Publish(ctx context.Context, edgeID string, snapshot []byte, ttl time.Duration) error
 	// Snapshots returns the live snapshots by edge id.
 	Snapshots(ctx context.Context) (map[string][]byte, error)
 }
 
-// RedisFleetBoard keeps one key per edge and an index of edges scored by
-// expiry; both carry the {egbe-fleet} hash tag.
-type RedisFleetBoard struct{ rdb redis.UniversalClient }
+// RedisFleetBoard keeps one key per edge beside the fleet's membership,
+// under its {egbe-edges} hash tag (keys.go): a read is one script that
+// lists the live members and their snapshots, by Redis's clock.
+type RedisFleetBoard struct{ r *Redis }
 
-// NewRedisFleetBoard returns a board on rdb.
-func NewRedisFleetBoard(rdb redis.UniversalClient) *RedisFleetBoard {
-	return &RedisFleetBoard{rdb: rdb}
-}
+var _ FleetBoard = (*RedisFleetBoard)(nil)
 
-const (
-	fleetIndex     = "{egbe-fleet}:edges"
-	fleetKeyPrefix = "{egbe-fleet}:edge:"
-)
+// NewRedisFleetBoard returns a board on r.
+func NewRedisFleetBoard(r *Redis) *RedisFleetBoard { return &RedisFleetBoard{r: r} }
 
 // Publish implements FleetBoard.
 func (b *RedisFleetBoard) Publish(ctx context.Context, edgeID string, snapshot []byte, ttl time.Duration) error {
-	exp := time.Now().Add(ttl).UnixMilli()
-	_, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, fleetKeyPrefix+edgeID, snapshot, ttl)
-		p.ZAdd(ctx, fleetIndex, redis.Z{Score: float64(exp), Member: edgeID})
-		p.ZRemRangeByScore(ctx, fleetIndex, "-inf", strconv.FormatInt(time.Now().UnixMilli(), 10))
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if err := CheckEdgeID(edgeID); err != nil {
+		return err
 	}
-	return nil
+	return b.r.wrap("fleet board", b.r.c.Set(ctx, boardPref+edgeID, snapshot, ttl).Err())
 }
+
+// KEYS[1] alive, KEYS[2] urls. Returns {id, snapshot, ...} of the live
+// members that have one.
+var luaBoard = newScript(membersLua + `
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', ALIVE, '(' .. now, '+inf')) do
+  local s = redis.call('GET', '` + boardPref + `' .. id)
+  if s then
+    out[#out + 1] = id
+    out[#out + 1] = s
+  end
+end
+return out
+`)
 
 // Snapshots implements FleetBoard.
 func (b *RedisFleetBoard) Snapshots(ctx context.Context) (map[string][]byte, error) {
-	ids, err := b.rdb.ZRangeByScore(ctx, fleetIndex, &redis.ZRangeBy{Min: strconv.FormatInt(time.Now().UnixMilli(), 10), Max: "+inf"}).Result()
+	flat, err := b.r.run(ctx, luaBoard, membersKeys).StringSlice()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, b.r.wrap("fleet board", err)
 	}
-	out := make(map[string][]byte, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = fleetKeyPrefix + id
-	}
-	vals, err := b.rdb.MGet(ctx, keys...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	for i, v := range vals {
-		if s, ok := v.(string); ok {
-			out[ids[i]] = []byte(s)
-		}
+	out := make(map[string][]byte, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		out[flat[i]] = []byte(flat[i+1])
 	}
 	return out, nil
 }

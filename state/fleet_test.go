@@ -10,37 +10,61 @@ import (
 	"github.com/oshun/egbe-edge/internal/redistest"
 )
 
+// TestRedisFleetBoard: the board shows the figures of live members that
+// published lately; an edge leaves it when its membership lapses (it
+// stopped beating) or its snapshot does (it stopped publishing).
 func TestRedisFleetBoard(t *testing.T) {
 	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { rdb.Close() })
-	b := NewRedisFleetBoard(rdb)
+	r := testRedis(t, &redis.Options{Addr: srv.Addr})
 	ctx := context.Background()
-	if err := b.Publish(ctx, "edge-a", []byte("A"), time.Minute); err != nil {
-		t.Fatal(err)
+	const ttl = 300 * time.Millisecond
+	beat := map[string]*RedisMembers{}
+	for _, id := range []string{"edge-a", "edge-b", "edge-c"} {
+		m, err := NewRedisMembers(r, Member{ID: id}, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		beat[id] = m
 	}
-	if err := b.Publish(ctx, "edge-b", []byte("B"), 100*time.Millisecond); err != nil {
+	b := NewRedisFleetBoard(r)
+	for id, m := range beat {
+		if err := m.Beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		snapTTL := time.Minute
+		if id == "edge-c" {
+			snapTTL = 100 * time.Millisecond // beats, but stops publishing
+		}
+		if err := b.Publish(ctx, id, []byte(id+"!"), snapTTL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Publish(ctx, "edge-z", []byte("never a member"), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	got, err := b.Snapshots(ctx)
-	if err != nil || string(got["edge-a"]) != "A" || string(got["edge-b"]) != "B" {
-		t.Fatalf("both edges: %q %v", got, err)
+	if err != nil || len(got) != 3 || string(got["edge-b"]) != "edge-b!" {
+		t.Fatalf("three live members: %q %v", got, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// edge-b stops beating; edge-a and edge-c go on.
+	poll(t, 5*time.Second, "the silent edges leave the board", func() bool {
+		for _, id := range []string{"edge-a", "edge-c"} {
+			if err := beat[id].Beat(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 		got, err = b.Snapshots(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, alive := got["edge-b"]; !alive {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a silent edge never left the board")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if string(got["edge-a"]) != "A" {
+		_, bLive := got["edge-b"]
+		_, cLive := got["edge-c"]
+		return !bLive && !cLive
+	})
+	if len(got) != 1 || string(got["edge-a"]) != "edge-a!" {
 		t.Fatalf("live edge lost: %q", got)
+	}
+	if err := b.Publish(ctx, "a b", nil, time.Minute); err == nil {
+		t.Fatal("an edge id with a space was published")
 	}
 }

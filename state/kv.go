@@ -76,13 +76,13 @@ func (k *MemoryKV) Get(_ context.Context, key string) ([]byte, error) {
 
 // RedisKV is the shared KV: one Redis string per key with PX expiry.
 type RedisKV struct {
-	rdb    redis.UniversalClient
-	prefix string
+	r      *Redis // immutable
+	prefix string // immutable
 }
 
-// NewRedisKV stores keys under prefix.
-func NewRedisKV(rdb redis.UniversalClient, prefix string) *RedisKV {
-	return &RedisKV{rdb: rdb, prefix: prefix}
+// NewRedisKV stores keys under prefix (KVAdmission, KVPins: keys.go).
+func NewRedisKV(r *Redis, prefix string) *RedisKV {
+	return &RedisKV{r: r, prefix: prefix}
 }
 
 // Put implements KV.
@@ -90,7 +90,7 @@ func (k *RedisKV) Put(ctx context.Context, key string, value []byte, ttl time.Du
 	if ttl <= 0 {
 		return fmt.Errorf("state: kv ttl %v must be positive", ttl)
 	}
-	if err := k.rdb.Set(ctx, k.prefix+key, value, ttl).Err(); err != nil {
+	if err := k.r.c.Set(ctx, k.prefix+key, value, ttl).Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
@@ -98,7 +98,7 @@ func (k *RedisKV) Put(ctx context.Context, key string, value []byte, ttl time.Du
 
 // Get implements KV.
 func (k *RedisKV) Get(ctx context.Context, key string) ([]byte, error) {
-	v, err := k.rdb.Get(ctx, k.prefix+key).Bytes()
+	v, err := k.r.c.Get(ctx, k.prefix+key).Bytes()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, ErrNotFound

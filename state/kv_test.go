@@ -14,8 +14,7 @@ import (
 // TestKVContract runs the same checks against memory and real Redis.
 func TestKVContract(t *testing.T) {
 	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := testRedis(t, &redis.Options{Addr: srv.Addr})
 	for name, kv := range map[string]KV{"memory": NewMemoryKV(nil), "redis": NewRedisKV(rdb, "test:kv:")} {
 		t.Run(name, func(t *testing.T) { kvContract(t, kv) })
 	}

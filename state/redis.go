@@ -12,29 +12,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis key layout. Every waiting-room key carries the hash tag {egbeq}
-// (one Cluster slot, so each Lua script touches one slot) and, after the
-// meta hash, the epoch:
-//
-//	{egbeq}:meta                       hash  epoch, seq, armed, armed:<region>, frozen, halved, waitlist
-//	{egbeq}:<epoch>:b:global           hash  tok, ts      global admission bucket
-//	{egbeq}:<epoch>:b:r:<region>       hash  tok, ts      regional bucket
-//	{egbeq}:<epoch>:b:x:<name>         hash  tok, ts      plain bucket (signups)
-//	{egbeq}:<epoch>:q:<region>:<lane>  zset  seq -> ticket id (FIFO; seq is the global tiebreak)
-//	{egbeq}:<epoch>:adm:<region>       zset  join deadline -> admitted, unused ticket id
-//	{egbeq}:<epoch>:dr:<region>        zset  admit time -> ticket id (trailing minute: drain rate)
-//	{egbeq}:<epoch>:t:<ticket>         hash  region, lane, seq, st, seen, dl (expires with the ticket)
-//
-// Key TTLs are relative to the caller's (injected) clock, never Redis's.
-// Leases are {egbel}:<key> sorted sets (holder -> deadline ms); budgets are
-// egbe:budget:<key> integers with a TTL. Scripts name only the meta key in
-// KEYS; the others are derived from it inside the script and share its hash
-// tag, which keeps Cluster routing correct (no script flags are set).
-const (
-	queueTag    = "{egbeq}:"
-	leaseTag    = "{egbel}:"
-	budgetSpace = "egbe:budget:"
-)
+// The waiting room, leases and budgets on Redis. Keys: keys.go. Key TTLs
+// are relative to the caller's (injected) clock, never Redis's. Queue
+// scripts name only the meta key in KEYS; the others are derived from it
+// inside the script and share its hash tag, which keeps Cluster routing
+// correct (no script flags are set).
 
 // luaPrelude checks the epoch: a missing meta hash is loss; a different
 // epoch of a higher generation is an operator re-arm elsewhere (adopted);
@@ -64,7 +46,7 @@ end
 // luaDrain: ARGV 3 now, 4 region, 5 ticket, 6 lane, 7 gPerMin, 8 gBurst,
 // 9 rPerMin, 10 rBurst, 11 pxAllowed, 12 frozen, 13 joinMs, 14 keepMs,
 // 15 ttlMs, 16 maxAdmits, 17 mode (join|poll).
-var luaDrain = redis.NewScript(luaPrelude + `
+var luaDrain = newScript(luaPrelude + `
 local now = tonumber(ARGV[3]); local region = ARGV[4]; local id = ARGV[5]; local lane = ARGV[6]
 local gper, gburst = tonumber(ARGV[7]), tonumber(ARGV[8])
 local rper, rburst = tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -152,7 +134,7 @@ return {'OK', ep, status, seq, ahead, redis.call('ZCARD', qw) + redis.call('ZCAR
 `)
 
 // luaUse: ARGV 3 now, 4 region, 5 ticket.
-var luaUse = redis.NewScript(luaPrelude + `
+var luaUse = newScript(luaPrelude + `
 local tk = P .. 't:' .. ARGV[5]
 local v = redis.call('HMGET', tk, 'st', 'dl', 'region')
 if v[3] ~= ARGV[4] then return {'OK', ep, 0} end
@@ -167,7 +149,7 @@ return {'OK', ep, 0}
 
 // luaLeave: ARGV 3 now, 4 region, 5 ticket, 6 gPerMin, 7 gBurst, 8 rPerMin,
 // 9 rBurst, 10 ttlMs.
-var luaLeave = redis.NewScript(luaPrelude + `
+var luaLeave = newScript(luaPrelude + `
 local now, region, id = tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local gper, gburst, rper, rburst, ttlms = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 if redis.call('HGET', meta, 'halved') == '1' then gper = gper / 2 end
@@ -190,7 +172,7 @@ return {'OK', ep, r}
 `)
 
 // luaTake: ARGV 3 now, 4 bucket, 5 perMin, 6 burst, 7 ttlMs.
-var luaTake = redis.NewScript(luaPrelude + `
+var luaTake = newScript(luaPrelude + `
 local now = tonumber(ARGV[3])
 local k = P .. 'b:x:' .. ARGV[4]
 local tok, ts = refill(k, tonumber(ARGV[5]) / 60000, tonumber(ARGV[6]), now)
@@ -201,7 +183,7 @@ return {'OK', ep, ok}
 `)
 
 // luaMeta: ARGV 3 op ("" = read), 4 region.
-var luaMeta = redis.NewScript(luaPrelude + `
+var luaMeta = newScript(luaPrelude + `
 local op, region = ARGV[3], ARGV[4]
 local f = 'armed'
 if region ~= '' then f = 'armed:' .. region end
@@ -221,7 +203,7 @@ return {'OK', ep, redis.call('HGETALL', meta)}
 // Starts generation max(known, stored)+1, globally armed; with the
 // bootstrap flag it only creates a disarmed generation-1 room when none
 // exists.
-var luaRearm = redis.NewScript(`
+var luaRearm = newScript(`
 local meta = KEYS[1]
 local function gen(e) return tonumber(string.match(e or '', '^(%d+)%-')) or 0 end
 local cur = redis.call('HGET', meta, 'epoch')
@@ -240,7 +222,7 @@ return e
 
 // RedisQueue is the many-node Queue.
 type RedisQueue struct {
-	c redis.UniversalClient // immutable after New
+	r *Redis // immutable after New
 
 	mu    sync.Mutex
 	known string // epoch this node has seen; guarded by mu
@@ -251,10 +233,10 @@ var _ Queue = (*RedisQueue)(nil)
 // NewRedisQueue returns a Queue on c. With bootstrap set it creates a
 // disarmed generation-1 room if Redis holds none (first deployment, dev);
 // without it, an empty Redis is state loss until an operator re-arms.
-func NewRedisQueue(ctx context.Context, c redis.UniversalClient, bootstrap bool) (*RedisQueue, error) {
-	q := &RedisQueue{c: c}
+func NewRedisQueue(ctx context.Context, r *Redis, bootstrap bool) (*RedisQueue, error) {
+	q := &RedisQueue{r: r}
 	if bootstrap {
-		e, err := luaRearm.Run(ctx, c, []string{queueTag + "meta"}, "", randSuffix(), "1").Text()
+		e, err := r.run(ctx, luaRearm, []string{queueTag + "meta"}, "", randSuffix(), "1").Text()
 		if err != nil {
 			return nil, fmt.Errorf("%w: bootstrap: %w", ErrUnavailable, err)
 		}
@@ -276,10 +258,10 @@ func (q *RedisQueue) knownEpoch() string {
 }
 
 // run executes a prelude script and returns the values after {'OK', epoch}.
-func (q *RedisQueue) run(ctx context.Context, s *redis.Script, args ...any) ([]any, error) {
+func (q *RedisQueue) run(ctx context.Context, s *script, args ...any) ([]any, error) {
 	known := q.knownEpoch()
 	argv := append([]any{known, queueTag}, args...)
-	res, err := s.Run(ctx, q.c, []string{queueTag + "meta"}, argv...).Slice()
+	res, err := q.r.run(ctx, s, []string{queueTag + "meta"}, argv...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -336,7 +318,7 @@ func (q *RedisQueue) Meta(ctx context.Context) (Meta, error) { return q.meta(ctx
 func (q *RedisQueue) Control(ctx context.Context, c Control) (Meta, error) {
 	switch c.Op {
 	case OpRearm:
-		e, err := luaRearm.Run(ctx, q.c, []string{queueTag + "meta"}, q.knownEpoch(), randSuffix(), "0").Text()
+		e, err := q.r.run(ctx, luaRearm, []string{queueTag + "meta"}, q.knownEpoch(), randSuffix(), "0").Text()
 		if err != nil {
 			return Meta{}, fmt.Errorf("%w: rearm: %w", ErrUnavailable, err)
 		}
@@ -430,7 +412,7 @@ func (q *RedisQueue) Take(ctx context.Context, bucket string, perMin, burst floa
 }
 
 // luaAcquire: KEYS lease keys; ARGV 1 holder, 2 now, 3 deadline, 4.. limits.
-var luaAcquire = redis.NewScript(`
+var luaAcquire = newScript(`
 for i, k in ipairs(KEYS) do
   redis.call('ZREMRANGEBYSCORE', k, '-inf', ARGV[2])
   local n = redis.call('ZCARD', k)
@@ -446,7 +428,7 @@ return -1
 `)
 
 // luaRefresh: KEYS lease keys; ARGV 1 holder, 2 deadline, 3 now.
-var luaRefresh = redis.NewScript(`
+var luaRefresh = newScript(`
 for _, k in ipairs(KEYS) do
   if redis.call('ZADD', k, 'XX', 'CH', ARGV[2], ARGV[1]) == 1 then
     local last = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')
@@ -458,12 +440,12 @@ return 0
 
 // RedisLeases is the many-node Leases. All lease keys share the {egbel}
 // hash tag so a multi-key acquire is one slot.
-type RedisLeases struct{ c redis.UniversalClient }
+type RedisLeases struct{ r *Redis }
 
 var _ Leases = (*RedisLeases)(nil)
 
-// NewRedisLeases returns Leases on c.
-func NewRedisLeases(c redis.UniversalClient) *RedisLeases { return &RedisLeases{c: c} }
+// NewRedisLeases returns Leases on r.
+func NewRedisLeases(r *Redis) *RedisLeases { return &RedisLeases{r: r} }
 
 func leaseKeys(keys []string) []string {
 	out := make([]string, len(keys))
@@ -487,7 +469,7 @@ func (l *RedisLeases) Acquire(ctx context.Context, holder string, limits []Lease
 		keys[i] = leaseTag + lim.Key
 		args = append(args, lim.Limit)
 	}
-	n, err := luaAcquire.Run(ctx, l.c, keys, args...).Int()
+	n, err := l.r.run(ctx, luaAcquire, keys, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("%w: acquire: %w", ErrUnavailable, err)
 	}
@@ -499,7 +481,7 @@ func (l *RedisLeases) Refresh(ctx context.Context, holder string, keys []string,
 	if len(keys) == 0 {
 		return nil
 	}
-	if err := luaRefresh.Run(ctx, l.c, leaseKeys(keys), holder, now.UnixMilli()+ttl.Milliseconds(), now.UnixMilli()).Err(); err != nil {
+	if err := l.r.run(ctx, luaRefresh, leaseKeys(keys), holder, now.UnixMilli()+ttl.Milliseconds(), now.UnixMilli()).Err(); err != nil {
 		return fmt.Errorf("%w: refresh: %w", ErrUnavailable, err)
 	}
 	return nil
@@ -510,7 +492,7 @@ func (l *RedisLeases) Release(ctx context.Context, holder string, keys []string)
 	if len(keys) == 0 {
 		return nil
 	}
-	pipe := l.c.Pipeline()
+	pipe := l.r.c.Pipeline()
 	for _, k := range leaseKeys(keys) {
 		pipe.ZRem(ctx, k, holder)
 	}
@@ -521,16 +503,16 @@ func (l *RedisLeases) Release(ctx context.Context, holder string, keys []string)
 }
 
 // RedisBudgets is the many-node Budgets.
-type RedisBudgets struct{ c redis.UniversalClient }
+type RedisBudgets struct{ r *Redis }
 
 var _ Budgets = (*RedisBudgets)(nil)
 
-// NewRedisBudgets returns Budgets on c.
-func NewRedisBudgets(c redis.UniversalClient) *RedisBudgets { return &RedisBudgets{c: c} }
+// NewRedisBudgets returns Budgets on r.
+func NewRedisBudgets(r *Redis) *RedisBudgets { return &RedisBudgets{r: r} }
 
 // Used implements Budgets.
 func (b *RedisBudgets) Used(ctx context.Context, key string, _ time.Time) (int64, error) {
-	n, err := b.c.Get(ctx, budgetSpace+key).Int64()
+	n, err := b.r.c.Get(ctx, budgetSpace+key).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -545,7 +527,7 @@ func (b *RedisBudgets) Add(ctx context.Context, key string, delta int64, ttl tim
 	if key == "" {
 		return 0, fmt.Errorf("%w: empty budget key", ErrBadArgument)
 	}
-	pipe := b.c.TxPipeline()
+	pipe := b.r.c.TxPipeline()
 	incr := pipe.IncrBy(ctx, budgetSpace+key, delta)
 	pipe.PExpire(ctx, budgetSpace+key, ttl)
 	if _, err := pipe.Exec(ctx); err != nil {

@@ -11,9 +11,10 @@ import (
 	"github.com/oshun/egbe-edge/internal/redistest"
 )
 
-// TestRedisTopologies runs the Redis contracts (queue, leases, budgets, KV)
-// and the fleet board and voice-room table on a real three-master Redis Cluster and on a master
-// found through a real Sentinel, each opened from its URL by OpenRedis. On
+// TestRedisTopologies runs the Redis contracts (queue, leases, budgets, KV,
+// streamer registry, inbox, membership) and the fleet board and voice-room
+// table on a real three-master Redis Cluster and on a master found through
+// a real Sentinel, each opened from its URL by OpenRedis. On
 // the Cluster every multi-key script and transaction must stay in one hash
 // slot, or Redis refuses it (CROSSSLOT, or a script touching a key of
 // another slot) and the contract fails.
@@ -32,7 +33,7 @@ func TestRedisTopologies(t *testing.T) {
 			// The tags of the different stores land on different masters,
 			// so the suite really crosses nodes.
 			nodes := map[string]bool{}
-			for _, k := range []string{queueTag + "meta", leaseTag + "x", fleetIndex, budgetSpace + "x", "test:kv:k"} {
+			for _, k := range []string{queueTag + "meta", leaseTag + "x", edgesAlive, pxIDsKey, budgetSpace + "x", "test:kv:k"} {
 				m, err := cc.MasterForKey(context.Background(), k)
 				if err != nil {
 					t.Fatal(err)
@@ -49,26 +50,38 @@ func TestRedisTopologies(t *testing.T) {
 			}
 		}},
 	} {
-		open := func(t *testing.T) redis.UniversalClient {
+		open := func(t *testing.T) *Redis {
 			t.Helper()
-			c, err := OpenRedis(tc.url)
+			r, err := OpenRedis(tc.url, RedisOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = c.Close() })
-			return c
+			t.Cleanup(func() { _ = r.Close() })
+			return r
 		}
 		b := redisBackend(tc.name, open)
 		t.Run(tc.name, func(t *testing.T) {
-			tc.check(t, open(t))
+			tc.check(t, open(t).Client())
 			t.Run("queue", func(t *testing.T) { queueContract(t, b) })
 			t.Run("leases", func(t *testing.T) { leasesContract(t, b) })
 			t.Run("budgets", func(t *testing.T) { budgetsContract(t, b) })
 			t.Run("kv", func(t *testing.T) { kvContract(t, NewRedisKV(open(t), "test:kv:")) })
+			t.Run("streamers", func(t *testing.T) { streamersContract(t, b) })
+			t.Run("inbox", func(t *testing.T) { inboxContract(t, b) })
+			t.Run("members", func(t *testing.T) { membersContract(t, b) })
+			t.Run("scripts", func(t *testing.T) { scriptReload(t, open(t)) })
 			t.Run("fleetboard", func(t *testing.T) {
 				ctx := context.Background()
-				fb := NewRedisFleetBoard(open(t))
+				r := open(t)
+				fb := NewRedisFleetBoard(r)
 				for _, id := range []string{"edge-a", "edge-b", "edge-c"} {
+					m, err := NewRedisMembers(r, Member{ID: id}, time.Minute)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := m.Beat(ctx); err != nil {
+						t.Fatal(err)
+					}
 					if err := fb.Publish(ctx, id, []byte(id+"!"), time.Minute); err != nil {
 						t.Fatal(err)
 					}
@@ -80,12 +93,12 @@ func TestRedisTopologies(t *testing.T) {
 			})
 			t.Run("voicerooms", func(t *testing.T) {
 				ctx := context.Background()
-				c := open(t)
-				if err := flushAll(ctx, c); err != nil {
+				r := open(t)
+				if err := flushAll(ctx, r.Client()); err != nil {
 					t.Fatal(err)
 				}
-				a := NewRedisVoiceRooms(c, "edge-a", "http://a", VoiceRoomTimes{})
-				z := NewRedisVoiceRooms(c, "edge-z", "http://z", VoiceRoomTimes{})
+				a := NewRedisVoiceRooms(mustMembers(t, r, Member{ID: "edge-a", URL: "http://a"}), 0)
+				z := NewRedisVoiceRooms(mustMembers(t, r, Member{ID: "edge-z", URL: "http://z"}), 0)
 				if _, mine, err := a.Claim(ctx, "grove"); !mine || err != nil {
 					t.Fatalf("first claim: %v %v", mine, err)
 				}

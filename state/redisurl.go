@@ -1,9 +1,9 @@
 package state
 
-// Opening the shared Redis from one URL (--redis-url): a single server, a
-// Redis Cluster or a Sentinel-managed master. Every Redis implementation in
-// this package (and the signalling fleet) takes a redis.UniversalClient and
-// keeps each multi-key script within one hash tag, so all three work.
+// Parsing the shared Redis's URL (--redis-url): a single server, a Redis
+// Cluster or a Sentinel-managed master. Every Redis store in this package
+// keeps each multi-key script within one hash tag (keys.go), so all three
+// work.
 
 import (
 	"crypto/tls"
@@ -54,8 +54,7 @@ const (
 	redactedSecret      = "xxxxx"
 )
 
-// OpenRedis returns a client for rawURL; it does not dial (the first
-// command does). Accepted forms:
+// ParseRedisURL parses rawURL without building a client. Accepted forms:
 //
 //	redis://[user:pass@]host[:6379][/DB][?opt=...]       one server (rediss:// for TLS)
 //	unix://[user:pass@]/path/redis.sock[?db=DB]          one server on a socket
@@ -75,22 +74,6 @@ const (
 // max_retries, ...); an unknown one is an error.
 //
 // Errors wrap ErrBadRedisURL and never contain a password.
-func OpenRedis(rawURL string) (redis.UniversalClient, error) {
-	u, err := ParseRedisURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	switch u.Topology {
-	case TopologyCluster:
-		return redis.NewClusterClient(u.Cluster), nil
-	case TopologySentinel:
-		return redis.NewFailoverClient(u.Failover), nil
-	default:
-		return redis.NewClient(u.Single), nil
-	}
-}
-
-// ParseRedisURL parses rawURL as OpenRedis does, without building a client.
 func ParseRedisURL(rawURL string) (RedisURL, error) {
 	p := splitRedisURL(rawURL)
 	out := RedisURL{Redacted: p.redacted()}

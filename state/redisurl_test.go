@@ -155,7 +155,7 @@ func TestParseRedisURLRefusals(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.why) {
 				t.Fatalf("error %q does not say %q", err, tc.why)
 			}
-			if c, err := OpenRedis(tc.url); c != nil || !errors.Is(err, ErrBadRedisURL) {
+			if c, err := OpenRedis(tc.url, RedisOptions{}); c != nil || !errors.Is(err, ErrBadRedisURL) {
 				t.Fatalf("OpenRedis: %v %v", c, err)
 			}
 		})

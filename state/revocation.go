@@ -102,24 +102,19 @@ func (m *MemoryRevocations) Revoked(_ context.Context, sessionIDs ...string) (ma
 // Every key carries the {egbe-revoked} hash tag, so the multi-key read of
 // an edge's live sessions is one MGET in one Cluster slot.
 type RedisRevocations struct {
-	rdb redis.UniversalClient // immutable
-	now func() time.Time      // immutable
+	r   *Redis           // immutable
+	now func() time.Time // immutable
 }
 
-// NewRedisRevocations returns the store on rdb; now (nil: time.Now) is the
+// NewRedisRevocations returns the store on r; now (nil: time.Now) is the
 // clock deadlines are measured against: key TTLs are relative to the
 // caller's clock, never Redis's.
-func NewRedisRevocations(rdb redis.UniversalClient, now func() time.Time) *RedisRevocations {
+func NewRedisRevocations(r *Redis, now func() time.Time) *RedisRevocations {
 	if now == nil {
 		now = time.Now
 	}
-	return &RedisRevocations{rdb: rdb, now: now}
+	return &RedisRevocations{r: r, now: now}
 }
-
-// revocationKey is the Redis key of sessionID's revocation.
-func revocationKey(sessionID string) string { return revokedTag + sessionID }
-
-const revokedTag = "{egbe-revoked}:"
 
 // revokedMGetChunk bounds one MGET; an edge's live sessions are read in
 // chunks of this many keys, all in one pipeline (one round trip).
@@ -127,7 +122,7 @@ const revokedMGetChunk = 512
 
 // luaRevoke sets KEYS[1] to ARGV[1] (deadline ms) for ARGV[2] ms unless it
 // already holds a later deadline: a revocation is never shortened.
-var luaRevoke = redis.NewScript(`
+var luaRevoke = newScript(`
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
 if cur >= tonumber(ARGV[1]) then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -144,13 +139,13 @@ func (r *RedisRevocations) Revoke(ctx context.Context, sessionID string, until t
 	if ttl <= 0 {
 		ttl = 1
 	}
-	err := luaRevoke.Run(ctx, r.rdb, []string{revocationKey(sessionID)}, until.UnixMilli(), ttl).Err()
+	err := r.r.run(ctx, luaRevoke, []string{revocationKey(sessionID)}, until.UnixMilli(), ttl).Err()
 	if err != nil {
 		return fmt.Errorf("%w: revoke %s: %w", ErrUnavailable, sessionID, err)
 	}
 	// The revocation holds once stored; the notice only makes the holding
 	// edge act before its next periodic check.
-	_ = publishRevocation(ctx, r.rdb, sessionID)
+	_ = publishRevocation(ctx, r.r.c, sessionID)
 	return nil
 }
 
@@ -166,9 +161,9 @@ func (r *RedisRevocations) Revoked(ctx context.Context, sessionIDs ...string) (m
 		keys[i] = revocationKey(id)
 	}
 	if len(keys) <= revokedMGetChunk {
-		cmds = append(cmds, r.rdb.MGet(ctx, keys...))
+		cmds = append(cmds, r.r.c.MGet(ctx, keys...))
 	} else {
-		_, _ = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, _ = r.r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for lo := 0; lo < len(keys); lo += revokedMGetChunk {
 				cmds = append(cmds, p.MGet(ctx, keys[lo:min(lo+revokedMGetChunk, len(keys))]...))
 			}
@@ -205,7 +200,7 @@ func (r *RedisRevocations) Revoked(ctx context.Context, sessionIDs ...string) (m
 func GetRevoked(ctx context.Context, kv KV, key string, rev Revocations, sessionID string) (value []byte, revoked bool, err error) {
 	rk, okKV := kv.(*RedisKV)
 	rr, okRev := rev.(*RedisRevocations)
-	if okKV && okRev && rk.rdb == rr.rdb {
+	if okKV && okRev && rk.r == rr.r {
 		return getRevokedPipelined(ctx, rk, key, rr, sessionID)
 	}
 	value, err = kv.Get(ctx, key)
@@ -228,7 +223,7 @@ func getRevokedPipelined(ctx context.Context, kv *RedisKV, key string, rev *Redi
 		get    *redis.StringCmd
 		exists *redis.IntCmd
 	)
-	_, _ = kv.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = kv.r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		get = p.Get(ctx, kv.prefix+key)
 		exists = p.Exists(ctx, revocationKey(sessionID))
 		return nil

@@ -23,9 +23,6 @@ var (
 	_ RevocationNotices = (*RedisRevocations)(nil)
 )
 
-// revocationChannel carries revoked session ids (PUBLISH is cluster-wide).
-const revocationChannel = revokedTag + "notices"
-
 // maxNoticeID bounds a session id taken from a notice.
 const maxNoticeID = 256
 
@@ -71,7 +68,7 @@ func (m *MemoryRevocations) Watch(ctx context.Context, fn func(string)) error {
 // Watch implements RevocationNotices: a Redis subscription, resubscribed
 // by go-redis after a reconnect. It returns when ctx is done.
 func (r *RedisRevocations) Watch(ctx context.Context, fn func(string)) error {
-	sub := r.rdb.Subscribe(ctx, revocationChannel)
+	sub := r.r.c.Subscribe(ctx, revocationChannel)
 	defer sub.Close()
 	ch := sub.Channel()
 	for {

@@ -59,8 +59,8 @@ type revocationBackend struct {
 }
 
 func revocationBackends(t *testing.T, srv *redistest.Server) []revocationBackend {
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	r := testRedis(t, &redis.Options{Addr: srv.Addr})
+	rdb := r.Client()
 	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func revocationBackends(t *testing.T, srv *redistest.Server) []revocationBackend
 	rdb.AddHook(rtt)
 	return []revocationBackend{
 		{name: "memory", rev: NewMemoryRevocations(nil), kv: NewMemoryKV(nil)},
-		{name: "redis", rev: NewRedisRevocations(rdb, nil), kv: NewRedisKV(rdb, "test:pin:"), rtt: rtt},
+		{name: "redis", rev: NewRedisRevocations(r, nil), kv: NewRedisKV(r, "test:pin:"), rtt: rtt},
 	}
 }
 
@@ -197,8 +197,7 @@ func TestRevocationsContract(t *testing.T) {
 	}
 
 	// An unreachable Redis is ErrUnavailable, never "not revoked".
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := testRedis(t, &redis.Options{Addr: srv.Addr})
 	srv.Kill()
 	down := NewRedisRevocations(rdb, nil)
 	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -231,9 +230,7 @@ func TestRevocationNotices(t *testing.T) {
 			defer cancel()
 			watcher := b.rev
 			if b.name == "redis" { // another client: another edge
-				rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-				t.Cleanup(func() { _ = rdb.Close() })
-				watcher = NewRedisRevocations(rdb, nil)
+				watcher = NewRedisRevocations(testRedis(t, &redis.Options{Addr: srv.Addr}), nil)
 			}
 			heard := make(chan string, 4)
 			done := make(chan error, 1)

@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // ShardDirectory is the fleet's list of world shards: every edge with a
@@ -150,31 +147,50 @@ func (d *MemoryShardDirectory) List(context.Context) ([]ShardRecord, error) {
 }
 
 // RedisShardDirectory keeps one key per shard (a JSON record with PX
-// expiry) and an index of shard ids scored by expiry (unix ms); both carry
-// the {egbe-shards} hash tag. The key's own expiry decides liveness: the
-// index only bounds what List reads, so clock skew between edges cannot
-// drop a live shard.
+// expiry) and an index of shard ids scored by the time each lapses; both
+// carry the {egbe-shards} hash tag (keys.go). Liveness is judged by Redis's
+// own clock (TIME, in the scripts), as the fleet's membership is, so the
+// edges' clocks never disagree about which shards are announced.
 type RedisShardDirectory struct {
-	rdb     redis.UniversalClient
+	r       *Redis // immutable
 	corrupt atomic.Uint64
 }
 
-// NewRedisShardDirectory returns a directory on rdb.
-func NewRedisShardDirectory(rdb redis.UniversalClient) *RedisShardDirectory {
-	return &RedisShardDirectory{rdb: rdb}
+// NewRedisShardDirectory returns a directory on r.
+func NewRedisShardDirectory(r *Redis) *RedisShardDirectory {
+	return &RedisShardDirectory{r: r}
 }
-
-const (
-	shardsIndex     = "{egbe-shards}:index"
-	shardsKeyPrefix = "{egbe-shards}:shard:"
-	// shardsIndexSlack keeps index entries this long past their expiry
-	// (by the writer's clock), for readers whose clocks run ahead.
-	shardsIndexSlack = time.Minute
-)
 
 // Corrupt counts records List skipped: undecodable, oversized, out of
 // bounds, or stored under another shard's key.
 func (d *RedisShardDirectory) Corrupt() uint64 { return d.corrupt.Load() }
+
+// redisNowLua is Redis's clock in milliseconds.
+const redisNowLua = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+// KEYS[1] index, KEYS[2] the shard's key; ARGV id, record, ttl ms.
+var luaShardAnnounce = newScript(redisNowLua + `
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
+return 0
+`)
+
+// KEYS[1] index; ARGV max. Returns {id, record, ...} of the freshest live
+// records (a record whose key lapsed is skipped).
+var luaShardList = newScript(redisNowLua + `
+local out = {}
+for _, id in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', '(' .. now, 'LIMIT', 0, tonumber(ARGV[1]))) do
+  local v = redis.call('GET', '` + shardsKeyPrefix + `' .. id)
+  if v then
+    out[#out + 1] = id
+    out[#out + 1] = v
+  end
+end
+return out
+`)
 
 // Announce implements ShardDirectory.
 func (d *RedisShardDirectory) Announce(ctx context.Context, rec ShardRecord, ttl time.Duration) error {
@@ -188,48 +204,21 @@ func (d *RedisShardDirectory) Announce(ctx context.Context, rec ShardRecord, ttl
 	if len(b) > maxShardRecordBytes {
 		return fmt.Errorf("%w: shard %q record is %d bytes (max %d)", ErrBadArgument, rec.ID, len(b), maxShardRecordBytes)
 	}
-	now := time.Now()
-	_, err = d.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, shardsKeyPrefix+rec.ID, b, ttl)
-		p.ZAdd(ctx, shardsIndex, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: rec.ID})
-		p.ZRemRangeByScore(ctx, shardsIndex, "-inf", "("+strconv.FormatInt(now.Add(-shardsIndexSlack).UnixMilli(), 10))
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("%w: announce shard %q: %w", ErrUnavailable, rec.ID, err)
-	}
-	return nil
+	err = d.r.run(ctx, luaShardAnnounce, []string{shardsIndex, shardsKeyPrefix + rec.ID}, rec.ID, b, max(ttl.Milliseconds(), 1)).Err()
+	return d.r.wrap(fmt.Sprintf("announce shard %q", rec.ID), err)
 }
 
-// List implements ShardDirectory. The freshest MaxShardRecords index
+// List implements ShardDirectory. The freshest MaxShardRecords live index
 // entries are read; an entry whose key has expired is skipped silently, a
 // corrupt record is skipped and counted (Corrupt).
 func (d *RedisShardDirectory) List(ctx context.Context) ([]ShardRecord, error) {
-	ids, err := d.rdb.ZRevRangeByScore(ctx, shardsIndex, &redis.ZRangeBy{
-		Max: "+inf", Min: strconv.FormatInt(time.Now().Add(-shardsIndexSlack).UnixMilli(), 10),
-		Count: MaxShardRecords,
-	}).Result()
+	flat, err := d.r.run(ctx, luaShardList, []string{shardsIndex}, MaxShardRecords).StringSlice()
 	if err != nil {
-		return nil, fmt.Errorf("%w: list shards: %w", ErrUnavailable, err)
+		return nil, d.r.wrap("list shards", err)
 	}
-	out := make([]ShardRecord, 0, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = shardsKeyPrefix + id
-	}
-	vals, err := d.rdb.MGet(ctx, keys...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("%w: read shards: %w", ErrUnavailable, err)
-	}
-	for i, v := range vals {
-		s, ok := v.(string)
-		if !ok {
-			continue // lapsed since the index was read
-		}
-		rec, ok := decodeShardRecord(ids[i], s)
+	out := make([]ShardRecord, 0, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		rec, ok := decodeShardRecord(flat[i], flat[i+1])
 		if !ok {
 			d.corrupt.Add(1)
 			continue

@@ -19,8 +19,8 @@ import (
 // real Redis.
 func TestShardDirectoryContract(t *testing.T) {
 	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	r := testRedis(t, &redis.Options{Addr: srv.Addr})
+	rdb := r.Client()
 	impls := []struct {
 		name string
 		new  func(t *testing.T) ShardDirectory
@@ -30,7 +30,7 @@ func TestShardDirectoryContract(t *testing.T) {
 			if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			return NewRedisShardDirectory(rdb)
+			return NewRedisShardDirectory(r)
 		}},
 	}
 	ctx := context.Background()
@@ -141,7 +141,7 @@ func TestShardDirectoryContract(t *testing.T) {
 		if err := rdb.FlushAll(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		d := NewRedisShardDirectory(rdb)
+		d := NewRedisShardDirectory(r)
 		good := ShardRecord{ID: "good", Addr: "127.0.0.1:7000", Instances: []string{"orun-grove"}}
 		if err := d.Announce(ctx, good, time.Minute); err != nil {
 			t.Fatal(err)
@@ -178,7 +178,7 @@ func TestShardDirectoryContract(t *testing.T) {
 	// An unreachable Redis is ErrUnavailable on both calls.
 	t.Run("redis/Down", func(t *testing.T) {
 		srv.Kill()
-		d := NewRedisShardDirectory(rdb)
+		d := NewRedisShardDirectory(r)
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		if err := d.Announce(ctx, ShardRecord{ID: "s", Addr: "127.0.0.1:1"}, time.Minute); !errors.Is(err, ErrUnavailable) {

@@ -30,9 +30,6 @@ type Tallies interface {
 	Read(ctx context.Context, now time.Time, keys ...string) ([]map[string]int64, error)
 }
 
-// tallySpace prefixes the Redis keys of Tallies.
-const tallySpace = "egbe:tally:"
-
 // MemoryTallies is the one-node Tallies. Expiry follows the caller's
 // (injected) clock.
 type MemoryTallies struct {
@@ -131,12 +128,12 @@ func (t *MemoryTallies) Read(_ context.Context, now time.Time, keys ...string) (
 
 // RedisTallies is the many-node Tallies: one hash per key
 // (egbe:tally:<key>), expiring ttl after its last write.
-type RedisTallies struct{ c redis.UniversalClient }
+type RedisTallies struct{ r *Redis }
 
 var _ Tallies = (*RedisTallies)(nil)
 
-// NewRedisTallies returns Tallies on c.
-func NewRedisTallies(c redis.UniversalClient) *RedisTallies { return &RedisTallies{c: c} }
+// NewRedisTallies returns Tallies on r.
+func NewRedisTallies(r *Redis) *RedisTallies { return &RedisTallies{r: r} }
 
 // Add implements Tallies: one MULTI (HINCRBY per field, PEXPIRE).
 func (t *RedisTallies) Add(ctx context.Context, key string, deltas map[string]int64, ttl time.Duration, _ time.Time) error {
@@ -144,7 +141,7 @@ func (t *RedisTallies) Add(ctx context.Context, key string, deltas map[string]in
 		return fmt.Errorf("%w: tally key %q ttl %v", ErrBadArgument, key, ttl)
 	}
 	k := tallySpace + key
-	pipe := t.c.TxPipeline()
+	pipe := t.r.c.TxPipeline()
 	for f, d := range deltas {
 		pipe.HIncrBy(ctx, k, f, d)
 	}
@@ -156,7 +153,7 @@ func (t *RedisTallies) Add(ctx context.Context, key string, deltas map[string]in
 }
 
 // luaGap: KEYS[1] the hash; ARGV 1 series, 2 now ms, 3 ttl ms.
-var luaGap = redis.NewScript(`
+var luaGap = newScript(`
 local k, s, now = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local last = tonumber(redis.call('HGET', k, s .. '.last'))
 if last and now <= last then
@@ -180,7 +177,7 @@ func (t *RedisTallies) Gap(ctx context.Context, key, series string, ttl time.Dur
 	if key == "" || series == "" || ttl <= 0 {
 		return fmt.Errorf("%w: tally key %q series %q ttl %v", ErrBadArgument, key, series, ttl)
 	}
-	if err := luaGap.Run(ctx, t.c, []string{tallySpace + key}, series, now.UnixMilli(), ttl.Milliseconds()).Err(); err != nil {
+	if err := t.r.run(ctx, luaGap, []string{tallySpace + key}, series, now.UnixMilli(), ttl.Milliseconds()).Err(); err != nil {
 		return fmt.Errorf("%w: tally gap: %w", ErrUnavailable, err)
 	}
 	return nil
@@ -188,7 +185,7 @@ func (t *RedisTallies) Gap(ctx context.Context, key, series string, ttl time.Dur
 
 // Read implements Tallies: one pipeline of HGETALL.
 func (t *RedisTallies) Read(ctx context.Context, _ time.Time, keys ...string) ([]map[string]int64, error) {
-	pipe := t.c.Pipeline()
+	pipe := t.r.c.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(keys))
 	for i, k := range keys {
 		cmds[i] = pipe.HGetAll(ctx, tallySpace+k)

@@ -14,8 +14,7 @@ import (
 // TestTalliesContract runs the same checks against memory and real Redis.
 func TestTalliesContract(t *testing.T) {
 	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := testRedis(t, &redis.Options{Addr: srv.Addr})
 	for name, tl := range map[string]Tallies{"memory": NewMemoryTallies(), "redis": NewRedisTallies(rdb)} {
 		t.Run(name, func(t *testing.T) { talliesContract(t, tl) })
 	}

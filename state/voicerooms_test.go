@@ -30,8 +30,7 @@ func voiceRoomsBackends(t *testing.T) []voiceRoomsBackend {
 	mem := NewMemoryVoiceRooms(clock, memTimes)
 
 	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	r := testRedis(t, &redis.Options{Addr: srv.Addr})
 	redisTimes := VoiceRoomTimes{AliveTTL: 400 * time.Millisecond, RoomTTL: 2 * time.Second}
 	return []voiceRoomsBackend{
 		{
@@ -42,7 +41,13 @@ func voiceRoomsBackends(t *testing.T) []voiceRoomsBackend {
 		},
 		{
 			name:    "redis",
-			forEdge: func(id, url string) VoiceRooms { return NewRedisVoiceRooms(rdb, id, url, redisTimes) },
+			forEdge: func(id, url string) VoiceRooms {
+				m, err := NewRedisMembers(r, Member{ID: id, URL: url}, redisTimes.AliveTTL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return NewRedisVoiceRooms(m, redisTimes.RoomTTL)
+			},
 			advance: time.Sleep,
 			times:   redisTimes,
 		},
@@ -133,10 +138,10 @@ func TestVoiceRoomsContract(t *testing.T) {
 func TestVoiceRoomsRedisLostKeys(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer rdb.Close()
-	a := NewRedisVoiceRooms(rdb, "edge-a", "http://a", VoiceRoomTimes{})
-	b := NewRedisVoiceRooms(rdb, "edge-b", "http://b", VoiceRoomTimes{})
+	r := testRedis(t, &redis.Options{Addr: srv.Addr})
+	rdb := r.Client()
+	a := NewRedisVoiceRooms(mustMembers(t, r, Member{ID: "edge-a", URL: "http://a"}), 0)
+	b := NewRedisVoiceRooms(mustMembers(t, r, Member{ID: "edge-b", URL: "http://b"}), 0)
 	if _, _, err := a.Claim(ctx, "grove"); err != nil {
 		t.Fatal(err)
 	}
