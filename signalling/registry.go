@@ -116,7 +116,7 @@ type Registry struct {
 }
 
 func newRegistry(now func() time.Time, grace time.Duration, log *slog.Logger) *Registry {
-	return &Registry{st: state.NewMemoryStreamers(), now: now, grace: grace, log: log, edge: localEdge,
+	return &Registry{st: state.NewMemoryStreamers(nil), now: now, grace: grace, log: log, edge: localEdge,
 		local: make(map[string]*localStreamer), removed: make(map[string]time.Time), dirty: make(map[string]struct{})}
 }
 

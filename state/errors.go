@@ -28,3 +28,10 @@ var (
 	// ErrUnknownSession: the session holds no lease.
 	ErrUnknownSession = errors.New("state: unknown session")
 )
+
+// Availability is what a shared store can say without a round trip: nil
+// while it answers, ErrUnavailable while it is known not to (every Redis
+// store of a process shares one tracker: state/redisstate).
+type Availability interface {
+	Available() error
+}

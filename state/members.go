@@ -36,8 +36,8 @@ type Members interface {
 // rooms move and its cross-edge peers learn of it within seconds.
 const DefaultMemberTTL = 3 * time.Second
 
-// forgetDeadAfter: an edge dead this long leaves the membership's keys.
-const forgetDeadAfter = 10 * time.Minute
+// ForgetDeadAfter: an edge dead this long leaves the membership's keys.
+const ForgetDeadAfter = 10 * time.Minute
 
 // maxEdgeIDBytes bounds an edge id (it is part of keys and logs).
 const maxEdgeIDBytes = 128
@@ -52,7 +52,8 @@ func CheckEdgeID(id string) error {
 	return nil
 }
 
-func checkMember(me Member, ttl time.Duration) error {
+// CheckMember refuses a member a store cannot keep, and a ttl <= 0.
+func CheckMember(me Member, ttl time.Duration) error {
 	if err := CheckEdgeID(me.ID); err != nil {
 		return err
 	}
@@ -65,9 +66,10 @@ func checkMember(me Member, ttl time.Duration) error {
 	return nil
 }
 
-// runBeats beats m every ttl/3 until ctx ends. A failed beat is retried at
-// the next period (the availability tracker records the outage).
-func runBeats(ctx context.Context, m Members, ttl time.Duration) error {
+// RunHeartbeat beats m every ttl/3 until ctx ends: the loop of the edge
+// that owns m. A failed beat is retried at the next period (the store's
+// availability tracker records the outage).
+func RunHeartbeat(ctx context.Context, m Members, ttl time.Duration) error {
 	t := time.NewTicker(max(ttl/3, time.Millisecond))
 	defer t.Stop()
 	for {
@@ -110,7 +112,7 @@ func NewMemoryMembers(now func() time.Time, ttl time.Duration) *MemoryMembersSto
 
 // For returns me's view of the membership.
 func (s *MemoryMembersStore) For(me Member) (*MemoryMembers, error) {
-	if err := checkMember(me, s.ttl); err != nil {
+	if err := CheckMember(me, s.ttl); err != nil {
 		return nil, err
 	}
 	return &MemoryMembers{s: s, me: me}, nil
@@ -145,7 +147,7 @@ func (m *MemoryMembers) Beat(context.Context) error {
 	now := m.s.now()
 	m.beatLocked(now)
 	for id, dl := range m.s.alive {
-		if now.Sub(dl) > forgetDeadAfter {
+		if now.Sub(dl) > ForgetDeadAfter {
 			delete(m.s.alive, id)
 			delete(m.s.urls, id)
 		}
@@ -183,118 +185,4 @@ func (m *MemoryMembers) Leave(context.Context) error {
 }
 
 // Run beats every third of the TTL until ctx ends.
-func (m *MemoryMembers) Run(ctx context.Context) error { return runBeats(ctx, m, m.s.ttl) }
-
-// ---- Redis ----
-
-// RedisMembers is one edge's view of the fleet's membership on Redis:
-// {egbe-edges}:alive scores each edge by the time it is dead after, by
-// Redis's own clock (TIME), so the edges' clocks never disagree about who
-// is dead; {egbe-edges}:url holds their URLs (keys.go).
-type RedisMembers struct {
-	r   *Redis        // immutable
-	me  Member        // immutable
-	ttl time.Duration // immutable
-}
-
-var _ Members = (*RedisMembers)(nil)
-
-// NewRedisMembers returns me's view of the membership on r; ttl 0 is
-// DefaultMemberTTL.
-func NewRedisMembers(r *Redis, me Member, ttl time.Duration) (*RedisMembers, error) {
-	if ttl <= 0 {
-		ttl = DefaultMemberTTL
-	}
-	if err := checkMember(me, ttl); err != nil {
-		return nil, err
-	}
-	return &RedisMembers{r: r, me: me, ttl: ttl}, nil
-}
-
-// Self is the edge this view beats for.
-func (m *RedisMembers) Self() Member { return m.me }
-
-// TTL is how long a beat keeps this edge alive.
-func (m *RedisMembers) TTL() time.Duration { return m.ttl }
-
-// membersLua is the membership's Lua, shared by every script that reads
-// or beats it (voice rooms, the fleet board): now is Redis's clock in ms.
-var membersLua = fmt.Sprintf(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ALIVE, URLS = '%s', '%s'
-local function beat(id, url, ttl)
-  redis.call('ZADD', ALIVE, now + tonumber(ttl), id)
-  redis.call('HSET', URLS, id, url)
-  local gone = redis.call('ZRANGEBYSCORE', ALIVE, '-inf', now - %d, 'LIMIT', 0, 64)
-  if #gone > 0 then
-    redis.call('ZREM', ALIVE, unpack(gone))
-    redis.call('HDEL', URLS, unpack(gone))
-  end
-end
-local function live(id)
-  local s = redis.call('ZSCORE', ALIVE, id)
-  return s ~= false and s ~= nil and tonumber(s) > now
-end
-`, edgesAlive, edgesURL, forgetDeadAfter.Milliseconds())
-
-// KEYS[1] alive, KEYS[2] urls; ARGV id, url, ttl ms.
-var luaMemberBeat = newScript(membersLua + `
-beat(ARGV[1], ARGV[2], ARGV[3])
-return 0
-`)
-
-// KEYS[1] alive, KEYS[2] urls; ARGV the ids asked about (none: every one).
-// Returns {id, url, id, url, ...} of the live ones.
-var luaMembersAlive = newScript(membersLua + `
-local ids = ARGV
-if #ids == 0 then ids = redis.call('ZRANGEBYSCORE', ALIVE, '(' .. now, '+inf') end
-local out = {}
-for _, id in ipairs(ids) do
-  if live(id) then
-    out[#out + 1] = id
-    out[#out + 1] = redis.call('HGET', URLS, id) or ''
-  end
-end
-return out
-`)
-
-// KEYS[1] alive, KEYS[2] urls; ARGV id.
-var luaMemberLeave = newScript(`
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-return 0
-`)
-
-var membersKeys = []string{edgesAlive, edgesURL}
-
-// Beat implements Members.
-func (m *RedisMembers) Beat(ctx context.Context) error {
-	err := m.r.run(ctx, luaMemberBeat, membersKeys, m.me.ID, m.me.URL, m.ttl.Milliseconds()).Err()
-	return m.r.wrap("membership beat", err)
-}
-
-// Alive implements Members.
-func (m *RedisMembers) Alive(ctx context.Context, ids ...string) (map[string]Member, error) {
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	flat, err := m.r.run(ctx, luaMembersAlive, membersKeys, args...).StringSlice()
-	if err != nil {
-		return nil, m.r.wrap("membership", err)
-	}
-	out := make(map[string]Member, len(flat)/2)
-	for i := 0; i+1 < len(flat); i += 2 {
-		out[flat[i]] = Member{ID: flat[i], URL: flat[i+1]}
-	}
-	return out, nil
-}
-
-// Leave implements Members.
-func (m *RedisMembers) Leave(ctx context.Context) error {
-	return m.r.wrap("membership leave", m.r.run(ctx, luaMemberLeave, membersKeys, m.me.ID).Err())
-}
-
-// Run beats every third of the TTL until ctx ends.
-func (m *RedisMembers) Run(ctx context.Context) error { return runBeats(ctx, m, m.ttl) }
+func (m *MemoryMembers) Run(ctx context.Context) error { return RunHeartbeat(ctx, m, m.s.ttl) }

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -40,9 +39,9 @@ const (
 	MaxShardInstances = 512 // instances per record
 	maxShardIDLen     = 128 // shard, instance and edge ids
 	maxShardAddrLen   = 256
-	// maxShardRecordBytes bounds one stored record; 512 instances of 128
+	// MaxShardRecordBytes bounds one stored record; 512 instances of 128
 	// bytes fit.
-	maxShardRecordBytes = 96 << 10
+	MaxShardRecordBytes = 96 << 10
 )
 
 // validate reports a record that does not fit the bounds above.
@@ -75,14 +74,16 @@ func (r ShardRecord) clone() ShardRecord {
 	return r
 }
 
-func checkAnnounce(rec ShardRecord, ttl time.Duration) error {
+// CheckAnnounce refuses a record out of bounds and a ttl <= 0.
+func CheckAnnounce(rec ShardRecord, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("%w: shard record ttl %v must be positive", ErrBadArgument, ttl)
 	}
 	return rec.validate()
 }
 
-func sortRecords(out []ShardRecord) {
+// SortShardRecords sorts records by shard id, as List returns them.
+func SortShardRecords(out []ShardRecord) {
 	slices.SortFunc(out, func(a, b ShardRecord) int { return strings.Compare(a.ID, b.ID) })
 }
 
@@ -100,10 +101,7 @@ type memShard struct {
 	exp time.Time
 }
 
-var (
-	_ ShardDirectory = (*MemoryShardDirectory)(nil)
-	_ ShardDirectory = (*RedisShardDirectory)(nil)
-)
+var _ ShardDirectory = (*MemoryShardDirectory)(nil)
 
 // NewMemoryShardDirectory returns an empty directory; now may be nil
 // (time.Now).
@@ -116,7 +114,7 @@ func NewMemoryShardDirectory(now func() time.Time) *MemoryShardDirectory {
 
 // Announce implements ShardDirectory.
 func (d *MemoryShardDirectory) Announce(_ context.Context, rec ShardRecord, ttl time.Duration) error {
-	if err := checkAnnounce(rec, ttl); err != nil {
+	if err := CheckAnnounce(rec, ttl); err != nil {
 		return err
 	}
 	now := d.now()
@@ -139,100 +137,17 @@ func (d *MemoryShardDirectory) List(context.Context) ([]ShardRecord, error) {
 		}
 		out = append(out, s.rec.clone())
 	}
-	sortRecords(out)
+	SortShardRecords(out)
 	if len(out) > MaxShardRecords {
 		out = out[:MaxShardRecords]
 	}
 	return out, nil
 }
 
-// RedisShardDirectory keeps one key per shard (a JSON record with PX
-// expiry) and an index of shard ids scored by the time each lapses; both
-// carry the {egbe-shards} hash tag (keys.go). Liveness is judged by Redis's
-// own clock (TIME, in the scripts), as the fleet's membership is, so the
-// edges' clocks never disagree about which shards are announced.
-type RedisShardDirectory struct {
-	r       *Redis // immutable
-	corrupt atomic.Uint64
-}
-
-// NewRedisShardDirectory returns a directory on r.
-func NewRedisShardDirectory(r *Redis) *RedisShardDirectory {
-	return &RedisShardDirectory{r: r}
-}
-
-// Corrupt counts records List skipped: undecodable, oversized, out of
-// bounds, or stored under another shard's key.
-func (d *RedisShardDirectory) Corrupt() uint64 { return d.corrupt.Load() }
-
-// redisNowLua is Redis's clock in milliseconds.
-const redisNowLua = `local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-`
-
-// KEYS[1] index, KEYS[2] the shard's key; ARGV id, record, ttl ms.
-var luaShardAnnounce = newScript(redisNowLua + `
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
-return 0
-`)
-
-// KEYS[1] index; ARGV max. Returns {id, record, ...} of the freshest live
-// records (a record whose key lapsed is skipped).
-var luaShardList = newScript(redisNowLua + `
-local out = {}
-for _, id in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', '(' .. now, 'LIMIT', 0, tonumber(ARGV[1]))) do
-  local v = redis.call('GET', '` + shardsKeyPrefix + `' .. id)
-  if v then
-    out[#out + 1] = id
-    out[#out + 1] = v
-  end
-end
-return out
-`)
-
-// Announce implements ShardDirectory.
-func (d *RedisShardDirectory) Announce(ctx context.Context, rec ShardRecord, ttl time.Duration) error {
-	if err := checkAnnounce(rec, ttl); err != nil {
-		return err
-	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("state: encode shard record %q: %w", rec.ID, err)
-	}
-	if len(b) > maxShardRecordBytes {
-		return fmt.Errorf("%w: shard %q record is %d bytes (max %d)", ErrBadArgument, rec.ID, len(b), maxShardRecordBytes)
-	}
-	err = d.r.run(ctx, luaShardAnnounce, []string{shardsIndex, shardsKeyPrefix + rec.ID}, rec.ID, b, max(ttl.Milliseconds(), 1)).Err()
-	return d.r.wrap(fmt.Sprintf("announce shard %q", rec.ID), err)
-}
-
-// List implements ShardDirectory. The freshest MaxShardRecords live index
-// entries are read; an entry whose key has expired is skipped silently, a
-// corrupt record is skipped and counted (Corrupt).
-func (d *RedisShardDirectory) List(ctx context.Context) ([]ShardRecord, error) {
-	flat, err := d.r.run(ctx, luaShardList, []string{shardsIndex}, MaxShardRecords).StringSlice()
-	if err != nil {
-		return nil, d.r.wrap("list shards", err)
-	}
-	out := make([]ShardRecord, 0, len(flat)/2)
-	for i := 0; i+1 < len(flat); i += 2 {
-		rec, ok := decodeShardRecord(flat[i], flat[i+1])
-		if !ok {
-			d.corrupt.Add(1)
-			continue
-		}
-		out = append(out, rec)
-	}
-	sortRecords(out)
-	return out, nil
-}
-
-// decodeShardRecord decodes the record stored for id, bounded: it never
+// DecodeShardRecord decodes the record stored for id, bounded: it never
 // accepts a record larger, longer or other than validate allows.
-func decodeShardRecord(id, s string) (ShardRecord, bool) {
-	if len(s) > maxShardRecordBytes {
+func DecodeShardRecord(id, s string) (ShardRecord, bool) {
+	if len(s) > MaxShardRecordBytes {
 		return ShardRecord{}, false
 	}
 	var rec ShardRecord

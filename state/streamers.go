@@ -79,8 +79,8 @@ type StreamerSync struct {
 	Up   []StreamerReg
 	Gone []StreamerKey
 	Now  time.Time
-	// TTL: a registration lapses TTL after its last sync (0: never; one
-	// edge in memory).
+	// TTL: a registration lapses TTL after its last sync, by the store's
+	// clock (0: never; one edge in memory).
 	TTL time.Duration
 	// Grace: when a leased streamer's last player leaves, its lease is kept
 	// this long from then (the player's reconnect), then lapses.
@@ -142,7 +142,9 @@ const (
 	maxPOPBytes        = 64
 )
 
-func checkLease(l StreamerLease) error {
+// CheckStreamerLease refuses a lease without a session or of an unknown
+// mode.
+func CheckStreamerLease(l StreamerLease) error {
 	switch {
 	case l.SessionID == "":
 		return fmt.Errorf("%w: empty session id", ErrBadArgument)
@@ -152,7 +154,9 @@ func checkLease(l StreamerLease) error {
 	return nil
 }
 
-func checkSync(s StreamerSync) error {
+// CheckStreamerSync refuses a sync of a malformed edge id or an
+// out-of-bounds registration.
+func CheckStreamerSync(s StreamerSync) error {
 	if err := CheckEdgeID(s.Edge); err != nil {
 		return err
 	}
@@ -191,6 +195,8 @@ func (e *memStreamer) state(now time.Time) StreamerState {
 // MemoryStreamers is the in-process Streamers: one edge, or several edges
 // of one test sharing it.
 type MemoryStreamers struct {
+	now func() time.Time // immutable: the store's clock (registration TTLs)
+
 	mu      sync.Mutex
 	byID    map[string]*memStreamer // guarded by mu
 	session map[string]string       // guarded by mu: session id -> streamer id
@@ -199,15 +205,20 @@ type MemoryStreamers struct {
 
 var _ Streamers = (*MemoryStreamers)(nil)
 
-// NewMemoryStreamers returns an empty registry.
-func NewMemoryStreamers() *MemoryStreamers {
-	return &MemoryStreamers{byID: map[string]*memStreamer{}, session: map[string]string{}}
+// NewMemoryStreamers returns an empty registry; now (nil: time.Now) is
+// the store's clock, which registration TTLs follow (leases follow the
+// caller's).
+func NewMemoryStreamers(now func() time.Time) *MemoryStreamers {
+	if now == nil {
+		now = time.Now
+	}
+	return &MemoryStreamers{now: now, byID: map[string]*memStreamer{}, session: map[string]string{}}
 }
 
 // getLocked returns id's live registration (a lapsed one is dropped).
-func (m *MemoryStreamers) getLocked(id string, now time.Time) *memStreamer {
+func (m *MemoryStreamers) getLocked(id string, _ time.Time) *memStreamer {
 	e := m.byID[id]
-	if e != nil && !e.expires.IsZero() && !now.Before(e.expires) {
+	if e != nil && !e.expires.IsZero() && !m.now().Before(e.expires) {
 		m.dropLocked(e)
 		return nil
 	}
@@ -244,7 +255,7 @@ func (m *MemoryStreamers) viewLocked(e *memStreamer, now time.Time) FleetStreame
 
 // Sync implements Streamers.
 func (m *MemoryStreamers) Sync(_ context.Context, s StreamerSync) (map[string]string, error) {
-	if err := checkSync(s); err != nil {
+	if err := CheckStreamerSync(s); err != nil {
 		return nil, err
 	}
 	now := s.Now
@@ -295,7 +306,7 @@ func (m *MemoryStreamers) Sync(_ context.Context, s StreamerSync) (map[string]st
 		e.info.Players = u.Players
 		e.expires = time.Time{}
 		if s.TTL > 0 {
-			e.expires = now.Add(s.TTL)
+			e.expires = m.now().Add(s.TTL)
 		}
 	}
 	return taken, nil
@@ -316,7 +327,7 @@ func (m *MemoryStreamers) setLeaseLocked(e *memStreamer, sessionID string, until
 
 // Lease implements Streamers.
 func (m *MemoryStreamers) Lease(_ context.Context, l StreamerLease, now time.Time) (Streamer, error) {
-	if err := checkLease(l); err != nil {
+	if err := CheckStreamerLease(l); err != nil {
 		return Streamer{}, err
 	}
 	m.mu.Lock()

@@ -1,9 +1,8 @@
-package state
+package redisstate
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/state/statetest"
 )
 
 // TestRedisAvailability: one store's call that finds Redis gone marks it
@@ -20,15 +21,15 @@ func TestRedisAvailability(t *testing.T) {
 	srv := redistest.StartServer(t)
 	var (
 		mu  sync.Mutex
-		now = t0
+		now = statetest.T0
 	)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	r := NewRedis(redis.NewClient(&redis.Options{Addr: srv.Addr, DialTimeout: 300 * time.Millisecond, MaxRetries: -1}),
-		RedisOptions{Now: clock, ProbeEvery: time.Second})
+	r := New(redis.NewClient(&redis.Options{Addr: srv.Addr, DialTimeout: 300 * time.Millisecond, MaxRetries: -1}),
+		Options{Now: clock, ProbeEvery: time.Second})
 	t.Cleanup(func() { _ = r.Close() })
 	ctx := context.Background()
-	kv, budgets := NewRedisKV(r, "test:kv:"), NewRedisBudgets(r)
+	kv, budgets := NewKV(r, "test:kv:"), NewBudgets(r)
 	if err := kv.Put(ctx, "k", []byte("v"), time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -38,10 +39,10 @@ func TestRedisAvailability(t *testing.T) {
 
 	srv.Kill()
 	_, err := kv.Get(ctx, "k")
-	if !errors.Is(err, ErrUnavailable) || errors.Is(err, errRedisDown) {
+	if !errors.Is(err, state.ErrUnavailable) || errors.Is(err, errRedisDown) {
 		t.Fatalf("first call after the kill: %v, want a real failure", err)
 	}
-	if err := r.Available(); !errors.Is(err, ErrUnavailable) {
+	if err := r.Available(); !errors.Is(err, state.ErrUnavailable) {
 		t.Fatalf("available after a failure: %v", err)
 	}
 	// Every store fails fast now, without going to Redis.
@@ -53,7 +54,7 @@ func TestRedisAvailability(t *testing.T) {
 	}
 	// One call per probe period goes through (and fails: still down).
 	advance(time.Second)
-	if _, err := kv.Get(ctx, "k"); !errors.Is(err, ErrUnavailable) || errors.Is(err, errRedisDown) {
+	if _, err := kv.Get(ctx, "k"); !errors.Is(err, state.ErrUnavailable) || errors.Is(err, errRedisDown) {
 		t.Fatalf("probe call: %v, want a real failure", err)
 	}
 	if _, err := kv.Get(ctx, "k"); !errors.Is(err, errRedisDown) {
@@ -70,29 +71,28 @@ func TestRedisAvailability(t *testing.T) {
 	}
 	advance(time.Second)
 	// The pool may hold a dead connection: the probe can fail once more.
-	poll(t, 10*time.Second, "a probe finds Redis back", func() bool {
+	statetest.Poll(t, 10*time.Second, "a probe finds Redis back", func() bool {
 		advance(time.Second)
 		_, err := budgets.Used(ctx, "u", now)
-		t.Logf("probe: %q fast=%v", fmt.Sprint(err), errors.Is(err, errRedisDown))
 		return err == nil
 	})
 	if err := r.Available(); err != nil {
 		t.Fatalf("available after the probe: %v", err)
 	}
-	if _, err := kv.Get(ctx, "k"); !errors.Is(err, ErrNotFound) {
+	if _, err := kv.Get(ctx, "k"); !errors.Is(err, state.ErrNotFound) {
 		t.Fatalf("kv after an empty restart: %v", err)
 	}
 
 	// Check asks Redis whatever the tracker says, and tells the tracker.
 	srv.Kill()
-	if err := r.Check(ctx); !errors.Is(err, ErrUnavailable) {
+	if err := r.Check(ctx); !errors.Is(err, state.ErrUnavailable) {
 		t.Fatalf("check while down: %v", err)
 	}
 	if err := r.Available(); err == nil {
 		t.Fatal("check did not mark Redis down")
 	}
 	srv.Restart()
-	poll(t, 10*time.Second, "check finds Redis back", func() bool { return r.Check(ctx) == nil })
+	statetest.Poll(t, 10*time.Second, "check finds Redis back", func() bool { return r.Check(ctx) == nil })
 	if err := r.Available(); err != nil {
 		t.Fatalf("check did not mark Redis up: %v", err)
 	}
@@ -100,15 +100,15 @@ func TestRedisAvailability(t *testing.T) {
 
 // scriptReload: a Redis that lost the scripts (SCRIPT FLUSH on every
 // master) gets them again, for a single call and for a pipeline.
-func scriptReload(t *testing.T, r *Redis) {
+func scriptReload(t *testing.T, r *Conn) {
 	ctx := context.Background()
 	if err := flushAll(ctx, r.Client()); err != nil {
 		t.Fatal(err)
 	}
-	st := NewRedisStreamers(r)
+	st := NewStreamers(r)
 	sync := func() {
 		t.Helper()
-		if _, err := st.Sync(ctx, StreamerSync{Edge: "edge-a", Up: []StreamerReg{{ID: "x", POP: "p", ConnectedAt: t0}}, Now: t0, TTL: time.Minute}); err != nil {
+		if _, err := st.Sync(ctx, state.StreamerSync{Edge: "edge-a", Up: []state.StreamerReg{{ID: "x", POP: "p", ConnectedAt: statetest.T0}}, Now: statetest.T0, TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -120,7 +120,7 @@ func scriptReload(t *testing.T, r *Redis) {
 	if err := r.Client().ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := st.Lease(ctx, StreamerLease{Mode: LeaseAnyIdle, POP: "p", SessionID: "s", Until: t0.Add(time.Minute)}, t0); err != nil || s.ID != "x" {
+	if s, err := st.Lease(ctx, state.StreamerLease{Mode: state.LeaseAnyIdle, POP: "p", SessionID: "s", Until: statetest.T0.Add(time.Minute)}, statetest.T0); err != nil || s.ID != "x" {
 		t.Fatalf("lease after SCRIPT FLUSH: %+v %v", s, err)
 	}
 }

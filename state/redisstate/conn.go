@@ -1,7 +1,7 @@
-package state
+package redisstate
 
 // The edge's one handle on the shared Redis. Every Redis store of this
-// package takes a *Redis, so every command of the process passes the same
+// package takes a *Conn, so every command of the process passes the same
 // availability tracker (a go-redis hook, so no store can forget it) and
 // every Lua script is loaded in one place (scripts.go).
 
@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oshun/egbe-edge/state"
 )
 
 // DefaultProbeEvery is how often, while Redis is known to be down, one call
@@ -25,17 +27,11 @@ const DefaultProbeEvery = 250 * time.Millisecond
 
 // errRedisDown is what a call gets while Redis is known to be down: no
 // dial, no timeout, at once.
-var errRedisDown = fmt.Errorf("%w: redis unreachable (failing fast until it answers)", ErrUnavailable)
+var errRedisDown = fmt.Errorf("%w: redis unreachable (failing fast until it answers)", state.ErrUnavailable)
 
-// Availability is what a store can say without a round trip: nil while its
-// backing store answers, ErrUnavailable while it is known not to.
-type Availability interface {
-	Available() error
-}
-
-// Redis is the process's connection to the shared Redis: the client, the
+// Conn is the process's connection to the shared Redis: the client, the
 // availability tracker every store consults, and the script runner. Build
-// one with OpenRedis (or NewRedis around a client) and hand it to every
+// one with Open (or New around a client) and hand it to every
 // Redis store; Close it last.
 //
 // The tracker is a circuit breaker shared by every subsystem: the first
@@ -46,21 +42,21 @@ type Availability interface {
 // the probe; the first that succeeds marks Redis up for everyone. No
 // goroutine is involved: the calls the edge makes anyway (readiness checks
 // every second, heartbeats) are the probes.
-type Redis struct {
-	c     redis.UniversalClient // immutable after NewRedis
-	log   *slog.Logger          // immutable after NewRedis
-	now   func() time.Time      // immutable after NewRedis
-	probe time.Duration         // immutable after NewRedis
+type Conn struct {
+	c     redis.UniversalClient // immutable after New
+	log   *slog.Logger          // immutable after New
+	now   func() time.Time      // immutable after New
+	probe time.Duration         // immutable after New
 
 	down      atomic.Bool
 	lastTrial atomic.Int64 // UnixNano of the last call let through while down
 	logMu     sync.Mutex   // orders the up/down log lines
 }
 
-var _ Availability = (*Redis)(nil)
+var _ state.Availability = (*Conn)(nil)
 
-// RedisOptions are NewRedis's optional settings.
-type RedisOptions struct {
+// Options are New's optional settings.
+type Options struct {
 	// Logger receives the up and down transitions; nil discards.
 	Logger *slog.Logger
 	// Now is the tracker's clock (probe periods); nil is time.Now.
@@ -69,11 +65,11 @@ type RedisOptions struct {
 	ProbeEvery time.Duration
 }
 
-// OpenRedis returns the handle for rawURL (see ParseRedisURL for the forms
+// Open returns the handle for rawURL (see ParseURL for the forms
 // accepted); it does not dial (the first command does). Errors wrap
-// ErrBadRedisURL and never contain a password.
-func OpenRedis(rawURL string, o RedisOptions) (*Redis, error) {
-	u, err := ParseRedisURL(rawURL)
+// ErrBadURL and never contain a password.
+func Open(rawURL string, o Options) (*Conn, error) {
+	u, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
@@ -86,13 +82,13 @@ func OpenRedis(rawURL string, o RedisOptions) (*Redis, error) {
 	default:
 		c = redis.NewClient(u.Single)
 	}
-	return NewRedis(c, o), nil
+	return New(c, o), nil
 }
 
-// NewRedis wraps c (a plain, Sentinel or Cluster client) and takes it
+// New wraps c (a plain, Sentinel or Cluster client) and takes it
 // over: Close closes it. Every command sent through c from now on passes
 // the tracker.
-func NewRedis(c redis.UniversalClient, o RedisOptions) *Redis {
+func New(c redis.UniversalClient, o Options) *Conn {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -102,21 +98,21 @@ func NewRedis(c redis.UniversalClient, o RedisOptions) *Redis {
 	if o.ProbeEvery <= 0 {
 		o.ProbeEvery = DefaultProbeEvery
 	}
-	r := &Redis{c: c, log: o.Logger.With("component", "state"), now: o.Now, probe: o.ProbeEvery}
+	r := &Conn{c: c, log: o.Logger.With("component", "state"), now: o.Now, probe: o.ProbeEvery}
 	c.AddHook(trackerHook{r})
 	return r
 }
 
 // Client is the wrapped go-redis client, for tests and tools that inspect
 // the data (the stores never need it from outside).
-func (r *Redis) Client() redis.UniversalClient { return r.c }
+func (r *Conn) Client() redis.UniversalClient { return r.c }
 
 // Close closes the client.
-func (r *Redis) Close() error { return r.c.Close() }
+func (r *Conn) Close() error { return r.c.Close() }
 
 // Available implements Availability: ErrUnavailable while Redis is known
 // to be down.
-func (r *Redis) Available() error {
+func (r *Conn) Available() error {
 	if r.down.Load() {
 		return errRedisDown
 	}
@@ -125,7 +121,7 @@ func (r *Redis) Available() error {
 
 // Check asks Redis now (PING; every master of a Cluster), whatever the
 // tracker says, and feeds the answer to the tracker: /readyz's check.
-func (r *Redis) Check(ctx context.Context) error {
+func (r *Conn) Check(ctx context.Context) error {
 	ctx = context.WithValue(ctx, probeKey{}, true)
 	var err error
 	if cc, ok := r.c.(*redis.ClusterClient); ok {
@@ -135,7 +131,7 @@ func (r *Redis) Check(ctx context.Context) error {
 		err = r.c.Ping(ctx).Err() // the hook observes it
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", state.ErrUnavailable, err)
 	}
 	return nil
 }
@@ -145,7 +141,7 @@ type probeKey struct{}
 
 // admit decides whether a call may go to Redis: always while up; while
 // down, Check's calls and one call per probe period.
-func (r *Redis) admit(ctx context.Context) error {
+func (r *Conn) admit(ctx context.Context) error {
 	if !r.down.Load() || ctx.Value(probeKey{}) != nil {
 		return nil
 	}
@@ -158,7 +154,7 @@ func (r *Redis) admit(ctx context.Context) error {
 }
 
 // observe feeds one call's outcome to the tracker.
-func (r *Redis) observe(ctx context.Context, err error) {
+func (r *Conn) observe(ctx context.Context, err error) {
 	switch {
 	case unreachable(ctx, err):
 		r.lastTrial.Store(r.now().UnixNano())
@@ -205,20 +201,24 @@ func unreachable(ctx context.Context, err error) bool {
 }
 
 // trackerHook runs every command of the client through the tracker.
-type trackerHook struct{ r *Redis }
+type trackerHook struct{ r *Conn }
+
+// admittedKey marks the context of an admitted call: the commands go-redis
+// runs inside it (a new connection's HELLO, CLIENT SETINFO) pass too.
+type admittedKey struct{}
 
 func (h trackerHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h trackerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if ctx.Err() != nil {
-			return next(ctx, cmd) // fails at once; says nothing of Redis
+		if ctx.Err() != nil || ctx.Value(admittedKey{}) != nil {
+			return next(ctx, cmd) // fails at once, or is part of an admitted call
 		}
 		if err := h.r.admit(ctx); err != nil {
 			cmd.SetErr(err)
 			return err
 		}
-		err := next(ctx, cmd)
+		err := next(context.WithValue(ctx, admittedKey{}, true), cmd)
 		h.r.observe(ctx, err)
 		return err
 	}
@@ -226,7 +226,7 @@ func (h trackerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h trackerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || ctx.Value(admittedKey{}) != nil {
 			return next(ctx, cmds)
 		}
 		if err := h.r.admit(ctx); err != nil {
@@ -235,10 +235,10 @@ func (h trackerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 			}
 			return err
 		}
-		err := next(ctx, cmds)
+		err := next(context.WithValue(ctx, admittedKey{}, true), cmds)
 		if err == nil {
 			for _, c := range cmds {
-				if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) && !isReply(e) {
+				if e := c.Err(); e != nil && !isReply(e) {
 					err = e
 					break
 				}

@@ -1,4 +1,4 @@
-package state
+package redisstate
 
 // Every Redis key and hash tag the edge uses, in one place. A Lua script
 // names at least one key of its tag in KEYS and touches only keys of that

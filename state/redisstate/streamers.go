@@ -1,4 +1,4 @@
-package state
+package redisstate
 
 // The Redis streamer registry (keys.go, {px}). Every script names {px}:ids
 // in KEYS and derives the rest from the same tag, so each is one Cluster
@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/oshun/egbe-edge/state"
 )
 
 // streamersLua holds the helpers every registry script shares.
@@ -200,21 +202,21 @@ end
 return out
 `)
 
-// RedisStreamers is the fleet's Streamers on Redis.
-type RedisStreamers struct{ r *Redis }
+// Streamers is the fleet's Streamers on Redis.
+type Streamers struct{ r *Conn }
 
-var _ Streamers = (*RedisStreamers)(nil)
+var _ state.Streamers = (*Streamers)(nil)
 
-// NewRedisStreamers returns the registry on r.
-func NewRedisStreamers(r *Redis) *RedisStreamers { return &RedisStreamers{r: r} }
+// NewStreamers returns the registry on r.
+func NewStreamers(r *Conn) *Streamers { return &Streamers{r: r} }
 
 var pxKeys = []string{pxIDsKey}
 
 func msString(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
 
 // Sync implements Streamers: every removal and upsert in one pipeline.
-func (s *RedisStreamers) Sync(ctx context.Context, sy StreamerSync) (map[string]string, error) {
-	if err := checkSync(sy); err != nil {
+func (s *Streamers) Sync(ctx context.Context, sy state.StreamerSync) (map[string]string, error) {
+	if err := state.CheckStreamerSync(sy); err != nil {
 		return nil, err
 	}
 	if len(sy.Up) == 0 && len(sy.Gone) == 0 {
@@ -253,7 +255,7 @@ func (s *RedisStreamers) Sync(ctx context.Context, sy StreamerSync) (map[string]
 // errors.
 func streamerStatus(res []any, subject string) error {
 	if len(res) == 0 {
-		return fmt.Errorf("%w: empty script answer", ErrUnavailable)
+		return fmt.Errorf("%w: empty script answer", state.ErrUnavailable)
 	}
 	code, _ := res[0].(string)
 	detail := ""
@@ -264,23 +266,23 @@ func streamerStatus(res []any, subject string) error {
 	case "ok":
 		return nil
 	case "unknown":
-		return fmt.Errorf("%w: %s", ErrUnknownStreamer, subject)
+		return fmt.Errorf("%w: %s", state.ErrUnknownStreamer, subject)
 	case "notidle":
-		return fmt.Errorf("%w: %s is %s", ErrNotIdle, subject, detail)
+		return fmt.Errorf("%w: %s is %s", state.ErrNotIdle, subject, detail)
 	case "sessionleased":
-		return fmt.Errorf("%w: %s holds %s", ErrSessionLeased, subject, detail)
+		return fmt.Errorf("%w: %s holds %s", state.ErrSessionLeased, subject, detail)
 	case "noidle":
-		return fmt.Errorf("%w: %s", ErrNoIdleStreamer, subject)
+		return fmt.Errorf("%w: %s", state.ErrNoIdleStreamer, subject)
 	case "unknownsession":
-		return fmt.Errorf("%w: %s", ErrUnknownSession, subject)
+		return fmt.Errorf("%w: %s", state.ErrUnknownSession, subject)
 	}
-	return fmt.Errorf("%w: script answered %q", ErrUnavailable, code)
+	return fmt.Errorf("%w: script answered %q", state.ErrUnavailable, code)
 }
 
 // Lease implements Streamers.
-func (s *RedisStreamers) Lease(ctx context.Context, l StreamerLease, now time.Time) (Streamer, error) {
-	if err := checkLease(l); err != nil {
-		return Streamer{}, err
+func (s *Streamers) Lease(ctx context.Context, l state.StreamerLease, now time.Time) (state.Streamer, error) {
+	if err := state.CheckStreamerLease(l); err != nil {
+		return state.Streamer{}, err
 	}
 	var (
 		res     []any
@@ -288,36 +290,36 @@ func (s *RedisStreamers) Lease(ctx context.Context, l StreamerLease, now time.Ti
 		subject string
 	)
 	switch l.Mode {
-	case LeaseAnyIdle:
+	case state.LeaseAnyIdle:
 		subject = fmt.Sprintf("pop %q codec %q", l.POP, l.Codec)
 		res, err = s.r.run(ctx, luaStreamerLeaseIdle, pxKeys, l.POP, strings.ToUpper(l.Codec), l.SessionID,
 			msString(now), msString(l.Until)).Slice()
 	default:
 		mode := "lease"
-		if l.Mode == LeaseClaim {
+		if l.Mode == state.LeaseClaim {
 			mode = "claim"
 		}
 		subject = l.ID
 		res, err = s.r.run(ctx, luaStreamerLease, pxKeys, l.ID, l.SessionID, msString(now), msString(l.Until), mode).Slice()
 	}
 	if err != nil {
-		return Streamer{}, s.r.wrap("lease", err)
+		return state.Streamer{}, s.r.wrap("lease", err)
 	}
 	if err := streamerStatus(res, subject); err != nil {
-		if l.Mode == LeaseAnyIdle && errors.Is(err, ErrSessionLeased) {
-			return Streamer{}, fmt.Errorf("%w: %s holds %v", ErrSessionLeased, l.SessionID, res[1])
+		if l.Mode == state.LeaseAnyIdle && errors.Is(err, state.ErrSessionLeased) {
+			return state.Streamer{}, fmt.Errorf("%w: %s holds %v", state.ErrSessionLeased, l.SessionID, res[1])
 		}
-		return Streamer{}, err
+		return state.Streamer{}, err
 	}
 	if len(res) < 3 {
-		return Streamer{}, fmt.Errorf("%w: short lease answer", ErrUnavailable)
+		return state.Streamer{}, fmt.Errorf("%w: short lease answer", state.ErrUnavailable)
 	}
 	h, _ := res[2].([]any)
 	return streamerFromHash(pairs(h), now).Streamer, nil
 }
 
 // Release implements Streamers.
-func (s *RedisStreamers) Release(ctx context.Context, sessionID string, now time.Time) error {
+func (s *Streamers) Release(ctx context.Context, sessionID string, now time.Time) error {
 	res, err := s.r.run(ctx, luaStreamerRelease, pxKeys, sessionID, msString(now)).Slice()
 	if err != nil {
 		return s.r.wrap("release", err)
@@ -326,12 +328,12 @@ func (s *RedisStreamers) Release(ctx context.Context, sessionID string, now time
 }
 
 // List implements Streamers.
-func (s *RedisStreamers) List(ctx context.Context, now time.Time) ([]FleetStreamer, error) {
+func (s *Streamers) List(ctx context.Context, now time.Time) ([]state.FleetStreamer, error) {
 	res, err := s.r.run(ctx, luaStreamerList, pxKeys).Slice()
 	if err != nil {
 		return nil, s.r.wrap("list streamers", err)
 	}
-	out := make([]FleetStreamer, 0, len(res))
+	out := make([]state.FleetStreamer, 0, len(res))
 	for _, x := range res {
 		h, _ := x.([]any)
 		out = append(out, streamerFromHash(pairs(h), now))
@@ -340,13 +342,13 @@ func (s *RedisStreamers) List(ctx context.Context, now time.Time) ([]FleetStream
 }
 
 // Get implements Streamers: one HGETALL.
-func (s *RedisStreamers) Get(ctx context.Context, id string, now time.Time) (FleetStreamer, bool, error) {
+func (s *Streamers) Get(ctx context.Context, id string, now time.Time) (state.FleetStreamer, bool, error) {
 	h, err := s.r.c.HGetAll(ctx, pxTag+"s:"+id).Result()
 	if err != nil {
-		return FleetStreamer{}, false, s.r.wrap("get streamer", err)
+		return state.FleetStreamer{}, false, s.r.wrap("get streamer", err)
 	}
 	if len(h) == 0 {
-		return FleetStreamer{}, false, nil
+		return state.FleetStreamer{}, false, nil
 	}
 	return streamerFromHash(h, now), true, nil
 }
@@ -370,9 +372,9 @@ func msTime(s string) time.Time {
 }
 
 // streamerFromHash derives a FleetStreamer as MemoryStreamers does.
-func streamerFromHash(h map[string]string, now time.Time) FleetStreamer {
+func streamerFromHash(h map[string]string, now time.Time) state.FleetStreamer {
 	players, _ := strconv.Atoi(h["players"])
-	i := Streamer{ID: h["id"], POP: h["pop"], Players: players, ConnectedAt: msTime(h["conn"])}
+	i := state.Streamer{ID: h["id"], POP: h["pop"], Players: players, ConnectedAt: msTime(h["conn"])}
 	for _, c := range strings.Split(h["codecs"], ",") {
 		if c != "" {
 			i.Codecs = append(i.Codecs, c)
@@ -381,14 +383,14 @@ func streamerFromHash(h map[string]string, now time.Time) FleetStreamer {
 	sess, until := h["sess"], msTime(h["until"])
 	switch {
 	case players > 0:
-		i.State = StreamerStreaming
+		i.State = state.StreamerStreaming
 	case sess != "" && now.Before(until):
-		i.State = StreamerLeased
+		i.State = state.StreamerLeased
 	default:
-		i.State = StreamerIdle
+		i.State = state.StreamerIdle
 	}
-	if sess != "" && i.State != StreamerIdle {
+	if sess != "" && i.State != state.StreamerIdle {
 		i.SessionID, i.LeaseUntil = sess, until
 	}
-	return FleetStreamer{Streamer: i, Edge: h["edge"]}
+	return state.FleetStreamer{Streamer: i, Edge: h["edge"]}
 }

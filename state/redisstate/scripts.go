@@ -1,4 +1,4 @@
-package state
+package redisstate
 
 // The one script runner. Every Lua script of this package is a *script;
 // it runs by EVALSHA, and a Redis that no longer has it (a restart, SCRIPT
@@ -11,6 +11,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oshun/egbe-edge/state"
 )
 
 // script is one Lua script. A script names in KEYS at least one key of the
@@ -21,7 +23,7 @@ type script struct{ s *redis.Script }
 func newScript(src string) *script { return &script{s: redis.NewScript(src)} }
 
 // run runs sc once: EVALSHA, then EVAL when Redis answers NOSCRIPT.
-func (r *Redis) run(ctx context.Context, sc *script, keys []string, args ...any) *redis.Cmd {
+func (r *Conn) run(ctx context.Context, sc *script, keys []string, args ...any) *redis.Cmd {
 	return sc.s.Run(ctx, r.c, keys, args...)
 }
 
@@ -43,7 +45,7 @@ func (p *scriptPipe) eval(sc *script, keys []string, args ...any) *redis.Cmd {
 // (a pipeline is not atomic: the caller's commands must be safe to repeat,
 // as upserts and sequence-numbered appends are). The error is the first
 // failed command's, wrapped in ErrUnavailable.
-func (r *Redis) pipe(ctx context.Context, fill func(p *scriptPipe)) ([]redis.Cmder, error) {
+func (r *Conn) pipe(ctx context.Context, fill func(p *scriptPipe)) ([]redis.Cmder, error) {
 	for try := 0; ; try++ {
 		used := map[*script]struct{}{}
 		cmds, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -67,9 +69,9 @@ func (r *Redis) pipe(ctx context.Context, fill func(p *scriptPipe)) ([]redis.Cmd
 
 // wrap names a failed call. Every failure is ErrUnavailable, a reply
 // error included: callers fail closed on it.
-func (r *Redis) wrap(what string, err error) error {
+func (r *Conn) wrap(what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+	return fmt.Errorf("%w: %s: %w", state.ErrUnavailable, what, err)
 }

@@ -1,4 +1,4 @@
-package state
+package redisstate
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/state/statetest"
 )
 
 // TestRedisFleetBoard: the board shows the figures of live members that
@@ -18,15 +20,15 @@ func TestRedisFleetBoard(t *testing.T) {
 	r := testRedis(t, &redis.Options{Addr: srv.Addr})
 	ctx := context.Background()
 	const ttl = 300 * time.Millisecond
-	beat := map[string]*RedisMembers{}
+	beat := map[string]*Members{}
 	for _, id := range []string{"edge-a", "edge-b", "edge-c"} {
-		m, err := NewRedisMembers(r, Member{ID: id}, ttl)
+		m, err := NewMembers(r, state.Member{ID: id}, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
 		beat[id] = m
 	}
-	b := NewRedisFleetBoard(r)
+	b := NewFleetBoard(r)
 	for id, m := range beat {
 		if err := m.Beat(ctx); err != nil {
 			t.Fatal(err)
@@ -47,7 +49,7 @@ func TestRedisFleetBoard(t *testing.T) {
 		t.Fatalf("three live members: %q %v", got, err)
 	}
 	// edge-b stops beating; edge-a and edge-c go on.
-	poll(t, 5*time.Second, "the silent edges leave the board", func() bool {
+	statetest.Poll(t, 5*time.Second, "the silent edges leave the board", func() bool {
 		for _, id := range []string{"edge-a", "edge-c"} {
 			if err := beat[id].Beat(ctx); err != nil {
 				t.Fatal(err)
