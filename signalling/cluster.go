@@ -151,7 +151,7 @@ func (c *Cluster) attach(s *Server, reg prometheus.Registerer) error {
 	c.srv = s
 	r := s.reg
 	r.st, r.edge, r.ttl = c.fs.Streamers, c.edge, c.ttl
-	r.usable, r.kick, r.failed = c.usable, c.kickSync, c.count
+	r.usable, r.kick, r.failed, r.seen = c.usable, c.kickSync, c.count, c.noteFleet
 	s.nextPlayer = c.playerBase()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)

@@ -106,6 +106,7 @@ type Registry struct {
 	usable func() error  // nil: always usable
 	kick   func()        // wakes the sync loop; nil: sync at once
 	failed func(op string)
+	seen   func([]state.FleetStreamer) // told every fleet read (the cluster's view of other edges' ids)
 
 	syncMu sync.Mutex // held across one sync: syncs reach the store in order
 
@@ -317,7 +318,13 @@ func (r *Registry) fleet() ([]state.FleetStreamer, error) {
 	}
 	defer cancel()
 	all, err := r.st.List(ctx, r.now())
-	return all, r.storeErr("script", err)
+	if err != nil {
+		return nil, r.storeErr("script", err)
+	}
+	if r.seen != nil {
+		r.seen(all)
+	}
+	return all, nil
 }
 
 // lookup finds one streamer of the fleet and its edge.

@@ -654,21 +654,19 @@ func (c *Cluster) peerDead(edge string) {
 
 // ---- fleet listing ----
 
-// fleetEntries is the whole fleet in registration order; it refreshes the
-// view of other edges' ids.
-func (c *Cluster) fleetEntries() ([]state.FleetStreamer, error) {
-	out, err := c.srv.reg.fleet()
-	if err != nil {
-		return nil, err
-	}
+// fleetEntries is the whole fleet in registration order.
+func (c *Cluster) fleetEntries() ([]state.FleetStreamer, error) { return c.srv.reg.fleet() }
+
+// noteFleet refreshes the view of other edges' ids from a fleet read (the
+// registry's, whoever asked: the heartbeat, listStreamers, the matchmaker).
+func (c *Cluster) noteFleet(all []state.FleetStreamer) {
 	remote := make(map[string]struct{})
-	for _, e := range out {
+	for _, e := range all {
 		if e.Edge != c.edge {
 			remote[e.ID] = struct{}{}
 		}
 	}
 	c.remote.Store(&remote)
-	return out, nil
 }
 
 // remoteID reports whether another edge registered id, as of the last
