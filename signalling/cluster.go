@@ -68,9 +68,9 @@ type Cluster struct {
 	stopOnce sync.Once
 	wg       sync.WaitGroup // every cluster goroutine
 
-	listMu sync.Mutex             // held across one fleet read (listStreamers)
-	list   []state.FleetStreamer  // guarded by listMu
-	listAt time.Time              // guarded by listMu
+	listMu sync.Mutex            // held across one fleet read (listStreamers)
+	list   []state.FleetStreamer // guarded by listMu
+	listAt time.Time             // guarded by listMu
 
 	rmu      sync.Mutex
 	links    map[*player]*link    // guarded by rmu: local players bound to remote streamers
