@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/oshun/egbe-edge/internal/redistest"
 	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/state/redisstate"
@@ -22,53 +20,19 @@ import (
 // Two Servers on one real redis-server are two edges of a fleet, each
 // behind its own loopback listeners; the clients are real gorilla sockets.
 
-// redisConn connects to addr with short timeouts (fault tests), wraps the
-// client in the state handle every store of the fleet shares (its
-// availability tracker included), and counts the commands that reach
-// Redis.
-func redisConn(t testing.TB, addr string) (*redisstate.Conn, *countHook) {
+// redisConn connects to addr with short timeouts (fault tests) through
+// the state handle every store of the fleet shares (its availability
+// tracker included), and counts the commands that reach Redis.
+func redisConn(t testing.TB, addr string) (*redisstate.Conn, *redistest.Counter) {
 	t.Helper()
-	conn := redisstate.New(redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 300 * time.Millisecond,
-		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1}), redisstate.Options{})
-	h := &countHook{byName: make(map[string]int)}
-	conn.Client().AddHook(h) // inside the tracker's hook: what reaches Redis
+	conn, err := redisstate.Open("redis://"+addr+"/?dial_timeout=300ms&read_timeout=1s&write_timeout=1s&max_retries=-1",
+		redisstate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := redistest.Count(conn.Client()) // inside the tracker's hook: what reaches Redis
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn, h
-}
-
-// countHook counts round trips (a pipeline is one) and commands by name.
-type countHook struct {
-	trips  atomic.Int64
-	mu     sync.Mutex
-	byName map[string]int // guarded by mu
-}
-
-func (h *countHook) Load() int64 { return h.trips.Load() }
-
-func (h *countHook) add(cmds ...redis.Cmder) {
-	h.trips.Add(1)
-	h.mu.Lock()
-	for _, c := range cmds {
-		h.byName[c.Name()]++
-	}
-	h.mu.Unlock()
-}
-
-// reset returns the counts by command since the last reset.
-func (h *countHook) reset() map[string]int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := h.byName
-	h.byName = make(map[string]int)
-	return m
-}
-
-func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.add(cmd); return next(ctx, cmd) }
-}
-func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { h.add(cmds...); return next(ctx, cmds) }
 }
 
 // redisFleet is the fleet's stores on conn as edge id sees them, its
@@ -146,7 +110,7 @@ func TestClusterCrossEdge(t *testing.T) {
 	local := a.streamerUp("S2@A", "/", "DefaultStreamer") // taken on B: suffixed fleet-wide
 
 	start := ops.Load()
-	ops.reset()
+	ops.Reset()
 	p := a.playerUp("P0@A", "/")
 	p.send(`{"type":"listStreamers"}`)
 	p.expectRaw(`{"type":"streamerList","ids":["DefaultStreamer","DefaultStreamer1"]}`)
@@ -179,7 +143,7 @@ func TestClusterCrossEdge(t *testing.T) {
 		s.expectRaw(fmt.Sprintf(`{"type":"iceCandidate","candidate":{"candidate":"candidate:%d 1 udp 1 10.0.0.2 6000 typ host","sdpMid":"0","sdpMLineIndex":0},"playerId":"%s"}`, 10+i, pid))
 	}
 	t.Logf("Redis round trips (both edges, blocking XREADs included) for connect, list, subscribe, offer, answer, 4+4 ICE: %d; commands %v",
-		ops.Load()-start, ops.reset())
+		ops.Load()-start, ops.Reset())
 	p.sync()
 	s.sync()
 
