@@ -7,7 +7,7 @@ package redisstate
 // would be refused). Times in values are Unix milliseconds; which clock
 // each uses is said per store.
 //
-// Waiting room (queue.go, redis.go): tag {egbeq}; the meta hash carries the
+// Waiting room (queue.go): tag {egbeq}; the meta hash carries the
 // epoch, every other key the epoch after the tag.
 //
 //	{egbeq}:meta                       hash   epoch, seq, armed, armed:<region>, frozen, halved, waitlist
@@ -19,14 +19,14 @@ package redisstate
 //	{egbeq}:<epoch>:dr:<region>        zset   admit time -> ticket id (trailing minute: drain rate)
 //	{egbeq}:<epoch>:t:<ticket>         hash   region, lane, seq, st, seen, dl
 //
-// Admission counters (redis.go, tallies.go):
+// Admission counters (queue.go, tallies.go, kv.go):
 //
 //	{egbel}:<key>                      zset   holder -> deadline: concurrency leases (one tag: a multi-key acquire is one slot)
 //	egbe:budget:<key>                  int    usage budget, PEXPIRE
 //	egbe:tally:<key>                   hash   expiring counters (abuse signals, surge samples), PEXPIRE
 //	egbe:adm:<key>                     string admission KV (KVAdmission), PEXPIRE
 //
-// Realtime sessions (kv.go, revocation.go, shards.go):
+// Realtime sessions (kv.go, revocations.go, shards.go):
 //
 //	egbe:pin:<session>                 string session pin (KVPins), PEXPIRE
 //	{egbe-revoked}:<session>           string revocation deadline, PEXPIRE at it
@@ -34,7 +34,7 @@ package redisstate
 //	{egbe-shards}:index                zset   shard id -> dead after (Redis's clock)
 //	{egbe-shards}:shard:<shard>        string JSON ShardRecord, PEXPIRE
 //
-// The fleet's edges (members.go, voicerooms.go, fleet.go): tag
+// The fleet's edges (members.go, voicerooms.go, board.go): tag
 // {egbe-edges}, so a voice-room claim checks its holder's membership in
 // the same script.
 //
