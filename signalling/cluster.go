@@ -33,7 +33,8 @@ const (
 
 // FleetState is what a clustered Server shares with the other edges of
 // its fleet. The edge that owns them beats its own membership
-// (state.RedisMembers.Run); the Cluster only asks it about peers.
+// (redisstate.Members.Run: state.RunHeartbeat); the Cluster only asks it
+// about peers.
 type FleetState struct {
 	Streamers state.Streamers    // the fleet's registry
 	Inbox     state.Inbox        // cross-edge delivery
