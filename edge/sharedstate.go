@@ -3,10 +3,14 @@ package edge
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/state/redisstate"
 )
+
+// memberLeaveTimeout bounds leaving the membership on a clean stop.
+const memberLeaveTimeout = time.Second
 
 // openSharedState opens the fleet's shared state when --redis-url is set:
 // the one Redis handle every store of this edge is built on (so its
@@ -16,6 +20,10 @@ import (
 // answer to "which edges are alive" for voice rooms, the fleet board and
 // signalling. The membership is beaten until the edge stops and left on a
 // clean stop, so peers learn at once.
+//
+// Closers run in reverse: the subsystems built later (signalling's
+// farewell, the SFU) stop before this edge leaves, and the handle closes
+// last.
 func (e *Edge) openSharedState() error {
 	if e.cfg.RedisURL == "" {
 		return nil
@@ -31,12 +39,14 @@ func (e *Edge) openSharedState() error {
 	}
 	e.redis, e.members = conn, m
 	e.board = redisstate.NewFleetBoard(conn)
-	e.runners = append(e.runners, func(ctx context.Context) error {
-		err := m.Run(ctx)
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readinessDeadline)
+	e.runners = append(e.runners, m.Run)
+	// Closers run after every runner has returned (nothing beats any more:
+	// voice heartbeats beat the membership too) and before conn.Close.
+	e.closers = append(e.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), memberLeaveTimeout)
 		defer cancel()
-		_ = m.Leave(lctx) // a Redis outage: the membership lapses within its TTL instead
-		return err
+		_ = m.Leave(ctx) // Redis unreachable: the membership lapses within its TTL instead
+		return nil
 	})
 	return nil
 }
