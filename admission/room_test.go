@@ -24,6 +24,7 @@ import (
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/redistest"
 	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/state/redisstate"
 )
 
 type utilMap struct {
@@ -88,7 +89,7 @@ func queueBackends(t *testing.T) []queueBackend {
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			t.Cleanup(func() { _ = c.Close() })
 			c.FlushAll(context.Background())
-			q, err := state.NewRedisQueue(context.Background(), c, true)
+			q, err := redisstate.NewQueue(context.Background(), redisstate.New(c, redisstate.Options{}), true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -527,7 +528,7 @@ func TestTwoRoomsShareRedis(t *testing.T) {
 	mk := func(t *testing.T) (state.Queue, func()) {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 		t.Cleanup(func() { _ = c.Close() })
-		q, err := state.NewRedisQueue(context.Background(), c, true)
+		q, err := redisstate.NewQueue(context.Background(), redisstate.New(c, redisstate.Options{}), true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -600,7 +601,7 @@ func BenchmarkRoomRedis(b *testing.B) {
 	srv := redistest.StartServer(b)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	b.Cleanup(func() { _ = c.Close() })
-	q, err := state.NewRedisQueue(context.Background(), c, true)
+	q, err := redisstate.NewQueue(context.Background(), redisstate.New(c, redisstate.Options{}), true)
 	if err != nil {
 		b.Fatal(err)
 	}

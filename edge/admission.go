@@ -17,6 +17,7 @@ import (
 	"github.com/oshun/egbe-edge/shard"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
 	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/state/redisstate"
 	"github.com/oshun/egbe-edge/web"
 )
 
@@ -60,23 +61,16 @@ func (e *Edge) buildAdmission() error {
 		tallies state.Tallies
 		kv      state.KV
 	)
-	if e.cfg.RedisURL != "" {
-		rdb, err := state.OpenRedis(e.cfg.RedisURL)
-		if err != nil {
-			return fmt.Errorf("%w: --redis-url: %w", ErrConfig, err)
-		}
-		e.closers = append(e.closers, rdb.Close)
-		e.rdb = rdb
-		e.board = state.NewRedisFleetBoard(rdb)
+	if conn := e.redis; conn != nil {
 		e.runners = append(e.runners, e.publishFleet)
-		leases = state.NewRedisLeases(rdb)
-		budgets = state.NewRedisBudgets(rdb)
-		tallies = state.NewRedisTallies(rdb)
-		kv = state.NewRedisKV(rdb, "egbe:adm:")
+		leases = redisstate.NewLeases(conn)
+		budgets = redisstate.NewBudgets(conn)
+		tallies = redisstate.NewTallies(conn)
+		kv = redisstate.NewKV(conn, redisstate.KVAdmission)
 		// Only dev may create a fresh waiting room in an empty Redis: in prod
 		// an empty Redis is lost state and the room fails closed until an
 		// operator re-arms it.
-		q, qerr := state.NewRedisQueue(e.lifetime, rdb, e.cfg.Mode == ModeDev)
+		q, qerr := redisstate.NewQueue(e.lifetime, conn, e.cfg.Mode == ModeDev)
 		if qerr != nil {
 			e.log.Warn("waiting-room state unavailable; the room stays closed until Redis answers and an operator re-arms it", "err", qerr)
 		}

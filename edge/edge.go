@@ -18,7 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/oshun/egbe-edge/auth"
@@ -27,6 +26,7 @@ import (
 	"github.com/oshun/egbe-edge/shard"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
 	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/state/redisstate"
 )
 
 // devCertValidity: Chromium accepts serverCertificateHashes only for
@@ -73,10 +73,11 @@ type Edge struct {
 	rt         *realtime
 	px         *pxstream
 	adm        *admissionPlane
-	rdb        redis.UniversalClient // nil without --redis-url: one server, a Cluster or a Sentinel's master
-	board      state.FleetBoard      // nil without --redis-url: the operator page's fleet view
-	edgeID     string                // unique in the fleet: names this edge in shared state
-	pxAdmitter matchmaker.Admitter   // nil: admit every match
+	redis      *redisstate.Conn    // nil without --redis-url: the one Redis handle (sharedstate.go)
+	members    *redisstate.Members // nil without --redis-url: this edge's membership of the fleet
+	board      state.FleetBoard    // nil without --redis-url: the operator page's fleet view
+	edgeID     string              // unique in the fleet: names this edge in shared state
+	pxAdmitter matchmaker.Admitter // nil: admit every match
 	// extraServers are listeners owned by subsystems (Epic ports).
 	extraServers []extraServer
 	admitter     shard.Admitter   // nil: admit every handshake

@@ -13,6 +13,7 @@ import (
 	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
 	"github.com/oshun/egbe-edge/signalling/streamer"
+	"github.com/oshun/egbe-edge/state/redisstate"
 )
 
 // devStreamerPOP is where dev-mode streamers register when they name no POP,
@@ -78,10 +79,12 @@ func (e *Edge) buildPxstream() error {
 		// UE workers' input reports feed the abuse classifier.
 		deps.Input = e.adm.px.input
 	}
-	if e.rdb != nil {
+	if conn := e.redis; conn != nil {
 		// With Redis the registry is the fleet's, and players on this edge
-		// can play streamers registered on any other.
-		cl, err := signalling.NewRedisCluster(e.rdb, e.edgeID, e.logFor("signalling-cluster"))
+		// can play streamers registered on any other; the fleet's
+		// membership says which peer edges are alive.
+		cl, err := signalling.NewCluster(e.edgeID, signalling.FleetState{Streamers: redisstate.NewStreamers(conn),
+			Inbox: redisstate.NewInbox(conn, 0, nil), Members: e.members, Health: conn}, e.logFor("signalling-cluster"))
 		if err != nil {
 			return err
 		}

@@ -37,8 +37,10 @@ func (e *Edge) checkReadiness(ctx context.Context) []string {
 	var out []string
 	ctx, cancel := context.WithTimeout(ctx, readinessDeadline)
 	defer cancel()
-	if e.rdb != nil {
-		if err := e.rdb.Ping(ctx).Err(); err != nil {
+	if e.redis != nil {
+		// Asks Redis and feeds the answer to the availability tracker every
+		// store consults: /readyz and the subsystems agree.
+		if err := e.redis.Check(ctx); err != nil {
 			out = append(out, unreadyState)
 		}
 	}

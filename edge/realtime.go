@@ -13,6 +13,7 @@ import (
 	"github.com/oshun/egbe-edge/shard"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/state/redisstate"
 	"github.com/oshun/egbe-edge/transport"
 )
 
@@ -115,16 +116,16 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 	var revs state.Revocations
 	// nil: no fleet to share shards with; links come from --shard only.
 	var shards state.ShardDirectory
-	if e.rdb != nil {
+	if e.redis != nil {
 		// Shared pins let a client whose edge died resume on any other edge.
-		pins = shard.NewStatePins(state.NewRedisKV(e.rdb, "egbe:pin:"), scfg.PinTTL)
+		pins = shard.NewStatePins(redisstate.NewKV(e.redis, redisstate.KVPins), scfg.PinTTL)
 		// A revocation made on any edge holds on every edge. On the pins'
 		// client, a resume reads its pin and its revocation in one
 		// pipeline (state.GetRevoked): no extra round trip.
-		revs = state.NewRedisRevocations(e.rdb, nil)
+		revs = redisstate.NewRevocations(e.redis, e.cfg.clock())
 		// The shared directory lets an edge with no --shard serve every
 		// instance of the fleet (shard/discovery.go).
-		shards = state.NewRedisShardDirectory(e.rdb)
+		shards = redisstate.NewShardDirectory(e.redis)
 	}
 	gw, err := shard.NewGateway(scfg, shard.Deps{
 		Signer:        e.signer,

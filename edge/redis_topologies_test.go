@@ -13,7 +13,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/redistest"
-	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/state/redisstate"
 )
 
 // TestRedisTopologies: an edge whose --redis-url names a Redis Cluster's
@@ -95,9 +95,9 @@ func TestRedisURLRefused(t *testing.T) {
 			e.closeAll()
 			t.Fatalf("%s: accepted", url)
 		}
-		if !errors.Is(err, ErrConfig) || !errors.Is(err, state.ErrBadRedisURL) || strings.Contains(err.Error(), "Sekr1t") ||
+		if !errors.Is(err, ErrConfig) || !errors.Is(err, redisstate.ErrBadURL) || strings.Contains(err.Error(), "Sekr1t") ||
 			!strings.Contains(err.Error(), "app:xxxxx@") {
-			t.Fatalf("%s: %v, want ErrConfig and ErrBadRedisURL naming the redacted URL", url, err)
+			t.Fatalf("%s: %v, want ErrConfig and ErrBadURL naming the redacted URL", url, err)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/oshun/egbe-edge/sfu"
 	"github.com/oshun/egbe-edge/shard"
 	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/state/redisstate"
 )
 
 // publicURL is the base URL clients reach this edge at: --public-url, or
@@ -71,8 +72,9 @@ func (e *Edge) buildVoice(bridge *voiceBridge) error {
 	cfg := sfu.Default()
 	cfg.Slots = e.cfg.VoiceSlots
 	var rooms state.VoiceRooms
-	if e.rdb != nil {
-		rooms = state.NewRedisVoiceRooms(e.rdb, e.edgeID, e.publicURL(), state.DefaultVoiceRoomTimes)
+	if e.members != nil {
+		// Rooms are held by live members of the fleet (sharedstate.go).
+		rooms = redisstate.NewVoiceRooms(e.members, state.DefaultVoiceRoomTimes.RoomTTL)
 	}
 	s, err := sfu.New(cfg, sfu.Deps{
 		Port: e.ice, Signer: e.signer, Sessions: voiceSessions{e.rt.gw}, Notifier: e.rt.gw,

@@ -17,6 +17,9 @@ func (e *Edge) buildSubsystems() error {
 	if err := e.buildTURN(); err != nil {
 		return err
 	}
+	if err := e.openSharedState(); err != nil {
+		return err
+	}
 	if err := e.buildAdmission(); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/oshun/egbe-edge/internal/redistest"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/state/redisstate"
 )
 
 // discoveryEvery is the announce interval in these tests (TTL three of
@@ -61,7 +62,7 @@ func TestDiscoveryOverRedis(t *testing.T) {
 	addr, _ := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	dir := state.NewRedisShardDirectory(rdb)
+	dir := redisstate.NewShardDirectory(redisstate.New(rdb, redisstate.Options{}))
 
 	e := newTestEnv(t, nil, shardSpec{id: "s1", instances: []string{"orun-grove"}, agents: 10})
 	a := e.startDiscoveryGateway(t, e.g.cfg, dir)

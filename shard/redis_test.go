@@ -8,7 +8,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/redistest"
-	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/state/redisstate"
 )
 
 // TestResumeOnAnotherEdgeOverRedis: two edges share pins through a real
@@ -19,7 +19,8 @@ func TestResumeOnAnotherEdgeOverRedis(t *testing.T) {
 	addr, _ := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	pins := func() PinStore { return NewStatePins(state.NewRedisKV(rdb, "egbe:pin:"), time.Minute) }
+	conn := redisstate.New(rdb, redisstate.Options{})
+	pins := func() PinStore { return NewStatePins(redisstate.NewKV(conn, redisstate.KVPins), time.Minute) }
 
 	e := newTestEnv(t, nil, shardSpec{id: "s1", instances: []string{"orun-grove"}, agents: 10})
 	a := e.newGateway(t, Deps{Pins: pins()})

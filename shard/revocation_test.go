@@ -14,6 +14,7 @@ import (
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/redistest"
 	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/state/redisstate"
 )
 
 // resumeHello is a hello presenting tok.
@@ -219,10 +220,11 @@ func TestRevocationOverRedis(t *testing.T) {
 	e := newTestEnv(t, func(c *Config) { c.PinTTL = 3 * time.Second },
 		shardSpec{id: "s1", instances: []string{"orun-grove"}, agents: 10})
 	deps := func(rdb *redis.Client) Deps {
+		conn := redisstate.New(rdb, redisstate.Options{})
 		return Deps{
-			Pins:        NewStatePins(state.NewRedisKV(rdb, "egbe:pin:"), e.g.cfg.PinTTL),
-			Revocations: state.NewRedisRevocations(rdb, e.clock.Now),
-			Admit:       leaseAdmitter{state.NewRedisLeases(rdb)},
+			Pins:        NewStatePins(redisstate.NewKV(conn, redisstate.KVPins), e.g.cfg.PinTTL),
+			Revocations: redisstate.NewRevocations(conn, e.clock.Now),
+			Admit:       leaseAdmitter{redisstate.NewLeases(conn)},
 		}
 	}
 	a := e.newGateway(t, deps(rdbA))

@@ -18,9 +18,9 @@ func BenchmarkClusterHandshake(b *testing.B) {
 	addr, _ := redistest.Start(b)
 	for _, par := range []int{1, 8} {
 		b.Run(fmt.Sprintf("pairs=%d", par), func(b *testing.B) {
-			rdb, ops := redisClient(b, addr)
-			ea, _ := edge(b, rdb, "bench-a-"+strconv.Itoa(par), Default(), Deps{}, 0)
-			eb, _ := edge(b, rdb, "bench-b-"+strconv.Itoa(par), Default(), Deps{}, 0)
+			conn, ops := redisConn(b, addr)
+			ea, _ := edge(b, conn, "bench-a-"+strconv.Itoa(par), Default(), Deps{}, 0)
+			eb, _ := edge(b, conn, "bench-b-"+strconv.Itoa(par), Default(), Deps{}, 0)
 			offer := ueOffer(b)
 			var n atomic.Int64
 			b.ReportAllocs()

@@ -12,65 +12,52 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/state/redisstate"
 )
 
 // Two Servers on one real redis-server are two edges of a fleet, each
 // behind its own loopback listeners; the clients are real gorilla sockets.
 
-// redisClient connects to addr with short timeouts (fault tests) and
-// counts the commands it sends.
-func redisClient(t testing.TB, addr string) (*redis.Client, *countHook) {
+// redisConn connects to addr with short timeouts (fault tests) through
+// the state handle every store of the fleet shares (its availability
+// tracker included), and counts the commands that reach Redis.
+func redisConn(t testing.TB, addr string) (*redisstate.Conn, *redistest.Counter) {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 300 * time.Millisecond,
-		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1})
-	h := &countHook{byName: make(map[string]int)}
-	rdb.AddHook(h)
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb, h
-}
-
-// countHook counts round trips (a pipeline is one) and commands by name.
-type countHook struct {
-	trips  atomic.Int64
-	mu     sync.Mutex
-	byName map[string]int // guarded by mu
-}
-
-func (h *countHook) Load() int64 { return h.trips.Load() }
-
-func (h *countHook) add(cmds ...redis.Cmder) {
-	h.trips.Add(1)
-	h.mu.Lock()
-	for _, c := range cmds {
-		h.byName[c.Name()]++
+	conn, err := redisstate.Open("redis://"+addr+"/?dial_timeout=300ms&read_timeout=1s&write_timeout=1s&max_retries=-1",
+		redisstate.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	h.mu.Unlock()
+	h := redistest.Count(conn.Client()) // inside the tracker's hook: what reaches Redis
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn, h
 }
 
-// reset returns the counts by command since the last reset.
-func (h *countHook) reset() map[string]int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := h.byName
-	h.byName = make(map[string]int)
-	return m
-}
-
-func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.add(cmd); return next(ctx, cmd) }
-}
-func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { h.add(cmds...); return next(ctx, cmds) }
-}
-
-// edge starts one clustered Server named id; ttl 0 keeps the default.
-func edge(t testing.TB, rdb redis.UniversalClient, id string, cfg Config, d Deps, ttl time.Duration) (*harness, *Cluster) {
+// redisFleet is the fleet's stores on conn as edge id sees them, its
+// membership with ttl (0: the default).
+func redisFleet(t testing.TB, conn *redisstate.Conn, id string, ttl time.Duration) FleetState {
 	t.Helper()
-	cl, err := NewRedisCluster(rdb, id, nil)
+	m, err := redisstate.NewMembers(conn, state.Member{ID: id}, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return FleetState{Streamers: redisstate.NewStreamers(conn), Inbox: redisstate.NewInbox(conn, 0, nil), Members: m, Health: conn}
+}
+
+// edge starts one clustered Server named id on the fleet's stores in conn;
+// ttl 0 keeps the defaults. Its membership is beaten, as its edge process
+// does, until the test ends or the edge crashes.
+func edge(t testing.TB, conn *redisstate.Conn, id string, cfg Config, d Deps, ttl time.Duration) (*harness, *Cluster) {
+	t.Helper()
+	return fleetEdge(t, redisFleet(t, conn, id, ttl), id, cfg, d, ttl)
+}
+
+// fleetEdge starts one clustered Server named id on fs.
+func fleetEdge(t testing.TB, fs FleetState, id string, cfg Config, d Deps, ttl time.Duration) (*harness, *Cluster) {
+	t.Helper()
+	cl, err := NewCluster(id, fs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,20 +65,30 @@ func edge(t testing.TB, rdb redis.UniversalClient, id string, cfg Config, d Deps
 	if ttl > 0 {
 		cl.setTTL(ttl)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = fs.Members.(interface{ Run(context.Context) error }).Run(ctx)
+	}()
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	cl.onCrash = stop // a killed edge stops beating too
+	t.Cleanup(stop)
 	d.Cluster = cl
 	return newHarness(t, cfg, d), cl
 }
 
-func TestNewRedisClusterValidates(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer rdb.Close()
+func TestNewClusterValidates(t *testing.T) {
+	fs := FleetState{Streamers: state.NewMemoryStreamers(nil), Inbox: state.NewMemoryInbox()}
+	mem, _ := state.NewMemoryMembers(nil, 0).For(state.Member{ID: "a"})
+	fs.Members = mem
 	for _, id := range []string{"", "a b", "{x}", string(make([]byte, 200))} {
-		if _, err := NewRedisCluster(rdb, id, nil); !errors.Is(err, ErrBadConfig) {
+		if _, err := NewCluster(id, fs, nil); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("edge id %q: %v, want ErrBadConfig", id, err)
 		}
 	}
-	if _, err := NewRedisCluster(nil, "a", nil); !errors.Is(err, ErrBadConfig) {
-		t.Errorf("nil client: %v", err)
+	if _, err := NewCluster("a", FleetState{}, nil); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("no stores: %v", err)
 	}
 }
 
@@ -99,9 +96,9 @@ func TestNewRedisClusterValidates(t *testing.T) {
 // every step is the one-edge behaviour.
 func TestClusterCrossEdge(t *testing.T) {
 	addr, _ := redistest.Start(t)
-	rdb, ops := redisClient(t, addr)
-	a, _ := edge(t, rdb, "edge-a", Default(), Deps{}, 0)
-	b, _ := edge(t, rdb, "edge-b", Default(), Deps{}, 0)
+	conn, ops := redisConn(t, addr)
+	a, _ := edge(t, conn, "edge-a", Default(), Deps{}, 0)
+	b, _ := edge(t, conn, "edge-b", Default(), Deps{}, 0)
 	b.tr = a.tr
 
 	s := b.streamerUp("S1@B", "/?pop=eu-west-1&codecs=H264,VP8", "DefaultStreamer")
@@ -113,7 +110,7 @@ func TestClusterCrossEdge(t *testing.T) {
 	local := a.streamerUp("S2@A", "/", "DefaultStreamer") // taken on B: suffixed fleet-wide
 
 	start := ops.Load()
-	ops.reset()
+	ops.Reset()
 	p := a.playerUp("P0@A", "/")
 	p.send(`{"type":"listStreamers"}`)
 	p.expectRaw(`{"type":"streamerList","ids":["DefaultStreamer","DefaultStreamer1"]}`)
@@ -146,7 +143,7 @@ func TestClusterCrossEdge(t *testing.T) {
 		s.expectRaw(fmt.Sprintf(`{"type":"iceCandidate","candidate":{"candidate":"candidate:%d 1 udp 1 10.0.0.2 6000 typ host","sdpMid":"0","sdpMLineIndex":0},"playerId":"%s"}`, 10+i, pid))
 	}
 	t.Logf("Redis round trips (both edges, blocking XREADs included) for connect, list, subscribe, offer, answer, 4+4 ICE: %d; commands %v",
-		ops.Load()-start, ops.reset())
+		ops.Load()-start, ops.Reset())
 	p.sync()
 	s.sync()
 
@@ -202,11 +199,11 @@ func TestClusterCrossEdge(t *testing.T) {
 // players of every edge.
 func TestClusterMaxPlayers(t *testing.T) {
 	addr, _ := redistest.Start(t)
-	rdb, _ := redisClient(t, addr)
+	conn, _ := redisConn(t, addr)
 	cfg := Default()
 	cfg.MaxPlayers = 1
-	a, _ := edge(t, rdb, "edge-a", cfg, Deps{}, 0)
-	b, _ := edge(t, rdb, "edge-b", cfg, Deps{}, 0)
+	a, _ := edge(t, conn, "edge-a", cfg, Deps{}, 0)
+	b, _ := edge(t, conn, "edge-b", cfg, Deps{}, 0)
 	s := b.streamerUp("S", "/", "Full")
 	poll(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("Full"); return ok })
 	pb := b.playerUp("PB", "/")
@@ -223,9 +220,9 @@ func TestClusterMaxPlayers(t *testing.T) {
 // concurrently; no streamer is ever leased twice.
 func TestClusterLeaseIdleRace(t *testing.T) {
 	addr, _ := redistest.Start(t)
-	rdb, _ := redisClient(t, addr)
-	a, _ := edge(t, rdb, "edge-a", Default(), Deps{}, 0)
-	b, _ := edge(t, rdb, "edge-b", Default(), Deps{}, 0)
+	conn, _ := redisConn(t, addr)
+	a, _ := edge(t, conn, "edge-a", Default(), Deps{}, 0)
+	b, _ := edge(t, conn, "edge-b", Default(), Deps{}, 0)
 	const perEdge = 4
 	for i := range perEdge {
 		a.streamerUp(fmt.Sprintf("SA%d", i), "/?pop=p1&codecs=H264", fmt.Sprintf("a%d", i))
@@ -308,13 +305,13 @@ func TestClusterLeaseIdleRace(t *testing.T) {
 // reconnect grace starts when the last player leaves, as in memory.
 func TestClusterLeaseExpiry(t *testing.T) {
 	addr, _ := redistest.Start(t)
-	rdb, _ := redisClient(t, addr)
+	conn, _ := redisConn(t, addr)
 	var now atomic.Int64
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
 	clock := func() time.Time { return time.UnixMilli(now.Load()) }
 	cfg := Default()
 	cfg.LeaseGrace = 10 * time.Second
-	a, _ := edge(t, rdb, "edge-a", cfg, Deps{Now: clock}, 0)
+	a, _ := edge(t, conn, "edge-a", cfg, Deps{Now: clock}, 0)
 	s := a.streamerUp("S", "/?pop=p1", "x")
 	reg := a.srv.Registry()
 	poll(t, "registered", func() bool { _, ok := reg.Get("x"); return ok })
@@ -349,10 +346,10 @@ func TestClusterLeaseExpiry(t *testing.T) {
 // closed as if the streamer left.
 func TestClusterEdgeDies(t *testing.T) {
 	addr, _ := redistest.Start(t)
-	rdb, _ := redisClient(t, addr)
+	conn, _ := redisConn(t, addr)
 	const ttl = 600 * time.Millisecond
-	a, _ := edge(t, rdb, "edge-a", Default(), Deps{}, ttl)
-	b, clB := edge(t, rdb, "edge-b", Default(), Deps{}, ttl)
+	a, _ := edge(t, conn, "edge-a", Default(), Deps{}, ttl)
+	b, clB := edge(t, conn, "edge-b", Default(), Deps{}, ttl)
 	s := b.streamerUp("S", "/", "OnB")
 	poll(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
 	p := a.playerUp("P", "/")
@@ -375,9 +372,9 @@ func TestClusterEdgeDies(t *testing.T) {
 // no restart.
 func TestClusterRedisOutage(t *testing.T) {
 	rs := redistest.StartServer(t)
-	rdb, _ := redisClient(t, rs.Addr)
-	a, _ := edge(t, rdb, "edge-a", Default(), Deps{}, 0)
-	b, _ := edge(t, rdb, "edge-b", Default(), Deps{}, 0)
+	conn, _ := redisConn(t, rs.Addr)
+	a, _ := edge(t, conn, "edge-a", Default(), Deps{}, 0)
+	b, _ := edge(t, conn, "edge-b", Default(), Deps{}, 0)
 	sa := a.streamerUp("SA", "/", "LocalA")
 	sb := b.streamerUp("SB", "/", "RemoteB")
 	poll(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("RemoteB"); return ok })
@@ -432,14 +429,14 @@ func TestClusterRedisOutage(t *testing.T) {
 // streamer is, and the codec check rejects a bad offer across edges.
 func TestClusterTokenMode(t *testing.T) {
 	addr, _ := redistest.Start(t)
-	rdb, _ := redisClient(t, addr)
+	conn, _ := redisConn(t, addr)
 	clk := newFakeClock()
 	signer := mustSigner(t, secret, clk.Now)
 	cfg := Default()
 	cfg.Auth = AuthToken
 	k := &hooks{reject: errors.New("no H264 in m=video")}
-	a, _ := edge(t, rdb, "edge-a", cfg, Deps{Signer: signer, Now: clk.Now}, 0)
-	b, _ := edge(t, rdb, "edge-b", cfg, Deps{Signer: signer, Now: clk.Now, Leases: k}, 0)
+	a, _ := edge(t, conn, "edge-a", cfg, Deps{Signer: signer, Now: clk.Now}, 0)
+	b, _ := edge(t, conn, "edge-b", cfg, Deps{Signer: signer, Now: clk.Now, Leases: k}, 0)
 	s := b.streamerUp("S1", streamerToken(t, signer, "ue-1", "eu-west-1", "H264"), "ue-1")
 	a.streamerUp("S2", streamerToken(t, signer, "ue-2", "eu-west-1", "H264"), "ue-2")
 	poll(t, "fleet", func() bool { return len(a.srv.Registry().Snapshot()) == 2 })
@@ -473,9 +470,9 @@ func TestClusterTokenMode(t *testing.T) {
 // follows.
 func TestClusterAutoSubscribe(t *testing.T) {
 	addr, _ := redistest.Start(t)
-	rdb, _ := redisClient(t, addr)
-	a, _ := edge(t, rdb, "edge-a", Default(), Deps{}, 0)
-	b, _ := edge(t, rdb, "edge-b", Default(), Deps{}, 0)
+	conn, _ := redisConn(t, addr)
+	a, _ := edge(t, conn, "edge-a", Default(), Deps{}, 0)
+	b, _ := edge(t, conn, "edge-b", Default(), Deps{}, 0)
 	s := b.streamerUp("S", "/", "OnB")
 	poll(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
 	p := a.playerUp("P", "/")
@@ -489,9 +486,9 @@ func TestClusterAutoSubscribe(t *testing.T) {
 // in order.
 func TestClusterOrderBurst(t *testing.T) {
 	addr, _ := redistest.Start(t)
-	rdb, _ := redisClient(t, addr)
-	a, _ := edge(t, rdb, "edge-a", Default(), Deps{}, 0)
-	b, _ := edge(t, rdb, "edge-b", Default(), Deps{}, 0)
+	conn, _ := redisConn(t, addr)
+	a, _ := edge(t, conn, "edge-a", Default(), Deps{}, 0)
+	b, _ := edge(t, conn, "edge-b", Default(), Deps{}, 0)
 	s := b.streamerUp("S", "/", "OnB")
 	poll(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
 	p := a.playerUp("P", "/")
@@ -519,10 +516,10 @@ func TestClusterOrderBurst(t *testing.T) {
 // streamer's edge drops its proxy and the streamer gets playerDisconnected.
 func TestClusterPlayerEdgeDies(t *testing.T) {
 	addr, _ := redistest.Start(t)
-	rdb, _ := redisClient(t, addr)
+	conn, _ := redisConn(t, addr)
 	const ttl = 600 * time.Millisecond
-	a, clA := edge(t, rdb, "edge-a", Default(), Deps{}, ttl)
-	b, _ := edge(t, rdb, "edge-b", Default(), Deps{}, ttl)
+	a, clA := edge(t, conn, "edge-a", Default(), Deps{}, ttl)
+	b, _ := edge(t, conn, "edge-b", Default(), Deps{}, ttl)
 	s := b.streamerUp("S", "/", "OnB")
 	poll(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
 	p := a.playerUp("P", "/")

@@ -1,6 +1,10 @@
 package signalling
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/oshun/egbe-edge/state"
+)
 
 var (
 	// ErrBadConfig: Config.Validate refused a field.
@@ -17,22 +21,27 @@ var (
 	// ErrTooManyFields: a message has more top-level fields than the decoder keeps.
 	ErrTooManyFields = errors.New("signalling: too many fields")
 
+	// The registry's errors are the store's (state/errors.go), so a
+	// caller tests them with errors.Is whichever store answered.
+
 	// ErrUnknownStreamer: no registered streamer has that id.
-	ErrUnknownStreamer = errors.New("signalling: unknown streamer")
-	// ErrStreamerExists: the id is registered already.
+	ErrUnknownStreamer = state.ErrUnknownStreamer
+	// ErrStreamerExists: the id is registered already (on this edge).
 	ErrStreamerExists = errors.New("signalling: streamer id taken")
 	// ErrNotIdle: the streamer is leased to another session or streaming.
-	ErrNotIdle = errors.New("signalling: streamer not idle")
+	ErrNotIdle = state.ErrNotIdle
 	// ErrNoIdleStreamer: no idle streamer in that POP offers that codec.
-	ErrNoIdleStreamer = errors.New("signalling: no idle streamer")
+	ErrNoIdleStreamer = state.ErrNoIdleStreamer
 	// ErrSessionLeased: the session holds a lease on another streamer.
-	ErrSessionLeased = errors.New("signalling: session already holds a lease")
+	ErrSessionLeased = state.ErrSessionLeased
 	// ErrUnknownSession: the session holds no lease.
-	ErrUnknownSession = errors.New("signalling: unknown session")
+	ErrUnknownSession = state.ErrUnknownSession
 	// ErrBadLease: a lease request is malformed (empty session id).
 	ErrBadLease = errors.New("signalling: bad lease request")
-	// ErrFleetUnavailable: the fleet's Redis cannot be reached, so the
+	// ErrFleetUnavailable: the fleet's store cannot be reached, so the
 	// registry and cross-edge signalling refuse what needs it (local
 	// streamer-player pairs keep working).
 	ErrFleetUnavailable = errors.New("signalling: fleet registry unavailable")
+	// ErrBadRelayEntry: a cross-edge inbox entry does not decode (relay.go).
+	ErrBadRelayEntry = errors.New("signalling: bad relay entry")
 )

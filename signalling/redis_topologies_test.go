@@ -3,41 +3,36 @@ package signalling
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/state/redisstate"
 )
 
 // TestClusterRedisTopologies: two edges of a fleet on a real three-master
 // Redis Cluster, and on a master found through a real Sentinel. The
 // registry scripts (upsert, leaseIdle, release, snapshot), the inbox relay,
-// the heartbeat and the peer-liveness check all run there; on the Cluster a
+// the heartbeat and the membership check all run there; on the Cluster a
 // script touching a key outside the {px} slot would be refused. Redis
 // losing its scripts (SCRIPT FLUSH on every node) is recovered from.
 func TestClusterRedisTopologies(t *testing.T) {
 	seeds := redistest.StartCluster(t)
 	sentinel, master, _ := redistest.StartSentinel(t)
-	for _, tc := range []struct {
-		name string
-		open func() redis.UniversalClient
-	}{
-		{"cluster", func() redis.UniversalClient {
-			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: seeds, DialTimeout: 300 * time.Millisecond})
-		}},
-		{"sentinel", func() redis.UniversalClient {
-			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: []string{sentinel},
-				DialTimeout: 300 * time.Millisecond})
-		}},
+	for _, tc := range []struct{ name, url string }{
+		{"cluster", "redis+cluster://" + strings.Join(seeds, ",") + "/?dial_timeout=300ms"},
+		{"sentinel", "redis+sentinel://" + sentinel + "/" + master + "?dial_timeout=300ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rdb := tc.open()
-			t.Cleanup(func() { _ = rdb.Close() })
+			conn, err := redisstate.Open(tc.url, redisstate.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = conn.Close() })
 			const ttl = 600 * time.Millisecond
-			a, clA := edge(t, rdb, "edge-a", Default(), Deps{}, ttl)
-			b, _ := edge(t, rdb, "edge-b", Default(), Deps{}, ttl)
+			a, clA := edge(t, conn, "edge-a", Default(), Deps{}, ttl)
+			b, _ := edge(t, conn, "edge-b", Default(), Deps{}, ttl)
 
 			s := b.streamerUp("S@B", "/?pop=eu-west-1&codecs=H264", "OnB")
 			poll(t, "B's streamer in A's fleet view", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
@@ -55,7 +50,7 @@ func TestClusterRedisTopologies(t *testing.T) {
 			}
 
 			// Redis forgets its scripts: the next registration reloads them.
-			if err := rdb.ScriptFlush(context.Background()).Err(); err != nil {
+			if err := conn.Client().ScriptFlush(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
 			b.streamerUp("S2@B", "/?pop=eu-west-1&codecs=H264", "OnB2")
@@ -73,7 +68,7 @@ func TestClusterRedisTopologies(t *testing.T) {
 				t.Fatalf("fleet snapshot from A: %+v", snap)
 			}
 
-			// The player's edge dies: B sees its liveness key lapse.
+			// The player's edge dies: B sees its membership lapse.
 			clA.crash()
 			s.expectRaw(`{"type":"playerDisconnected","playerId":"` + pid + `"}`)
 		})

@@ -39,54 +39,39 @@ package signalling
 // Config.DefaultCodecs. A rename keeps the entry (and its lease); a
 // disconnect removes it.
 //
-// All state sits behind the registryStore interface: memStore on a single
-// edge, redisStore (redisstore.go: a hash per streamer, LeaseIdle as one
-// Lua script) when Deps.Cluster makes the Server one edge of a fleet.
+// All state sits in a state.Streamers (state/streamers.go): an in-memory
+// one on a single edge, the fleet's (Redis) when Deps.Cluster makes the
+// Server one edge of a fleet. The Server's fleet side (a streamer
+// identified, renamed or gone, a player joining or leaving) runs under its
+// lock and never waits for the store: it updates this edge's view of its
+// own streamers, which is synced to the store as state (a registration,
+// not an operation), at once in memory and by the cluster's sync loop on
+// Redis. Claims and the matchmaker side go to the store synchronously.
 
 import (
-	"cmp"
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/oshun/egbe-edge/state"
 )
 
 // StreamerState is where a streamer is in its lease lifecycle.
-type StreamerState string
+type StreamerState = state.StreamerState
 
 // Streamer states (also the "state" label of egbe_pxstream_streamers).
 const (
-	StateIdle      StreamerState = "idle"
-	StateLeased    StreamerState = "leased"
-	StateStreaming StreamerState = "streaming"
+	StateIdle      = state.StreamerIdle
+	StateLeased    = state.StreamerLeased
+	StateStreaming = state.StreamerStreaming
 )
 
 // StreamerInfo is one registered (identified) streamer.
-type StreamerInfo struct {
-	ID          string        `json:"id"`
-	POP         string        `json:"pop"`
-	Codecs      []string      `json:"codecs"` // upper case: H264, VP8, VP9, AV1
-	State       StreamerState `json:"state"`
-	Players     int           `json:"players"`
-	SessionID   string        `json:"session_id,omitempty"` // lease holder, if any
-	LeaseUntil  time.Time     `json:"lease_until,omitzero"`
-	ConnectedAt time.Time     `json:"connected_at"`
-}
-
-// HasCodec reports whether the streamer advertises codec (case-insensitive;
-// "" matches any).
-func (i StreamerInfo) HasCodec(codec string) bool {
-	if codec == "" {
-		return true
-	}
-	for _, c := range i.Codecs {
-		if strings.EqualFold(c, codec) {
-			return true
-		}
-	}
-	return false
-}
+type StreamerInfo = state.Streamer
 
 // POPCounts counts one POP's streamers by state.
 type POPCounts struct {
@@ -96,44 +81,297 @@ type POPCounts struct {
 // Total is the number of registered streamers in the POP.
 func (c POPCounts) Total() int { return c.Idle + c.Leased + c.Streaming }
 
-// registryStore is the registry's state. Each method is one atomic step (one
-// Lua script in a Redis store).
-type registryStore interface {
-	// fleet side
-	add(e entry) error
-	remove(id string)
-	rename(oldID, newID string) error
-	// joined/left count players; left starts the reconnect grace.
-	joined(id string) error
-	left(id string, now time.Time, grace time.Duration)
-	claim(id, sessionID string, now, until time.Time) error
-	// matchmaker side
-	lease(id, sessionID string, now, until time.Time) error
-	leaseIdle(pop, codec, sessionID string, now, until time.Time) (StreamerInfo, error)
-	release(sessionID string, now time.Time) error
-	snapshot(now time.Time) []StreamerInfo
-	get(id string, now time.Time) (StreamerInfo, bool)
-}
+// localEdge names a single edge in its own in-memory store.
+const localEdge = "local"
 
-var _ registryStore = (*memStore)(nil)
+// opTimeout bounds one synchronous store call.
+const opTimeout = time.Second
+
+// localStreamer is this edge's view of one of its own streamers.
+type localStreamer struct {
+	reg       state.StreamerReg // ID is the current id; Was is unused here
+	renamedOf string            // the id the store knows it by, until the next sync
+}
 
 // Registry is the streamer registry of one Server. The zero value is not
 // usable; a Server makes its own (Server.Registry).
 type Registry struct {
-	st    registryStore    // immutable after newRegistry
-	now   func() time.Time // immutable after newRegistry
-	grace time.Duration    // immutable after newRegistry
+	// Immutable after the Server's New (attach sets the clustered ones).
+	st     state.Streamers
+	now    func() time.Time
+	grace  time.Duration
+	log    *slog.Logger
+	edge   string        // this edge's id in the store
+	ttl    time.Duration // registration TTL (0: never; one edge in memory)
+	usable func() error  // nil: always usable
+	kick   func()        // wakes the sync loop; nil: sync at once
+	failed func(op string)
+	seen   func([]state.FleetStreamer) // told every fleet read (the cluster's view of other edges' ids)
+
+	syncMu sync.Mutex // held across one sync: syncs reach the store in order
+
+	mu      sync.Mutex
+	local   map[string]*localStreamer // guarded by mu: this edge's streamers by id
+	removed map[string]time.Time      // guarded by mu: id the store knows -> ConnectedAt, to unregister
+	dirty   map[string]struct{}       // guarded by mu: ids to sync
 }
 
-func newRegistry(now func() time.Time, grace time.Duration) *Registry {
-	return &Registry{st: newMemStore(), now: now, grace: grace}
+func newRegistry(now func() time.Time, grace time.Duration, log *slog.Logger) *Registry {
+	return &Registry{st: state.NewMemoryStreamers(nil), now: now, grace: grace, log: log, edge: localEdge,
+		local: make(map[string]*localStreamer), removed: make(map[string]time.Time), dirty: make(map[string]struct{})}
 }
 
-// Snapshot returns every identified streamer in registration order.
-func (r *Registry) Snapshot() []StreamerInfo { return r.st.snapshot(r.now()) }
+// ---- fleet side: this edge's streamers (called under the Server's lock) ----
+
+// changed pushes this edge's view: at once in memory, else by waking the
+// cluster's sync loop.
+func (r *Registry) changed() {
+	if r.kick != nil {
+		r.kick()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	_ = r.sync(ctx, false, r.now()) // memory: never fails on what this edge holds
+}
+
+// add registers an identified streamer of this edge.
+func (r *Registry) add(i StreamerInfo) error {
+	r.mu.Lock()
+	if _, ok := r.local[i.ID]; ok {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrStreamerExists, i.ID)
+	}
+	r.local[i.ID] = &localStreamer{reg: state.StreamerReg{ID: i.ID, POP: i.POP, Codecs: slices.Clone(i.Codecs),
+		ConnectedAt: i.ConnectedAt.Truncate(time.Millisecond)}}
+	delete(r.removed, i.ID)
+	r.dirty[i.ID] = struct{}{}
+	r.mu.Unlock()
+	r.changed()
+	return nil
+}
+
+// remove unregisters a streamer of this edge.
+func (r *Registry) remove(id string) {
+	r.mu.Lock()
+	if l, ok := r.local[id]; ok {
+		delete(r.local, id)
+		delete(r.dirty, id)
+		known := id
+		if l.renamedOf != "" {
+			known = l.renamedOf
+		}
+		r.removed[known] = l.reg.ConnectedAt
+	}
+	r.mu.Unlock()
+	r.changed()
+}
+
+// rename keeps the registration (and its lease) under a new id.
+func (r *Registry) rename(oldID, newID string) error {
+	r.mu.Lock()
+	l, ok := r.local[oldID]
+	if !ok {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrUnknownStreamer, oldID)
+	}
+	if _, ok := r.local[newID]; ok && newID != oldID {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrStreamerExists, newID)
+	}
+	delete(r.local, oldID)
+	delete(r.dirty, oldID)
+	if l.renamedOf == "" {
+		l.renamedOf = oldID
+	}
+	l.reg.ID = newID
+	r.local[newID] = l
+	r.dirty[newID] = struct{}{}
+	r.mu.Unlock()
+	r.changed()
+	return nil
+}
+
+// joined counts a player subscribing to a streamer of this edge.
+func (r *Registry) joined(id string) error {
+	r.mu.Lock()
+	l, ok := r.local[id]
+	if ok {
+		l.reg.Players++
+		r.dirty[id] = struct{}{}
+	}
+	r.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownStreamer, id)
+	}
+	r.changed()
+	return nil
+}
+
+// left counts a player leaving; the last one starts the lease grace.
+func (r *Registry) left(id string) {
+	r.mu.Lock()
+	l, ok := r.local[id]
+	if ok && l.reg.Players > 0 {
+		l.reg.Players--
+		r.dirty[id] = struct{}{}
+	}
+	r.mu.Unlock()
+	r.changed()
+}
+
+// sync pushes this edge's changes (all of its streamers when full: the
+// heartbeat) to the store in one call; what did not go through is marked
+// again for the next sync.
+func (r *Registry) sync(ctx context.Context, full bool, now time.Time) error {
+	r.syncMu.Lock()
+	defer r.syncMu.Unlock()
+	r.mu.Lock()
+	sy := state.StreamerSync{Edge: r.edge, Now: now, TTL: r.ttl, Grace: r.grace}
+	for id, l := range r.local {
+		if _, d := r.dirty[id]; full || d {
+			u := l.reg
+			u.Was = l.renamedOf
+			sy.Up = append(sy.Up, u)
+		}
+	}
+	for id, conn := range r.removed {
+		sy.Gone = append(sy.Gone, state.StreamerKey{ID: id, ConnectedAt: conn})
+	}
+	clear(r.dirty)
+	clear(r.removed)
+	r.mu.Unlock()
+	if len(sy.Up) == 0 && len(sy.Gone) == 0 {
+		return nil
+	}
+	taken, err := r.st.Sync(ctx, sy)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		for _, g := range sy.Gone {
+			if _, back := r.local[g.ID]; !back {
+				r.removed[g.ID] = g.ConnectedAt
+			}
+		}
+		for _, u := range sy.Up {
+			if _, ok := r.local[u.ID]; ok {
+				r.dirty[u.ID] = struct{}{}
+			}
+		}
+		return err
+	}
+	for _, u := range sy.Up {
+		if edge, ok := taken[u.ID]; ok {
+			r.log.Warn("streamer id registered by another edge; not in the fleet until it leaves", "streamer", u.ID, "edge", edge)
+		}
+		if l, ok := r.local[u.ID]; ok && l.renamedOf == u.Was {
+			l.renamedOf = ""
+		}
+	}
+	return nil
+}
+
+// claim is a token-mode subscribe's lease claim (synchronous).
+func (r *Registry) claim(id, sessionID string, until time.Time) error {
+	_, err := r.lease(state.StreamerLease{Mode: state.LeaseClaim, ID: id, SessionID: sessionID, Until: until})
+	return err
+}
+
+// ---- matchmaker side ----
+
+// call checks the store is usable and bounds one synchronous call.
+func (r *Registry) call() (context.Context, context.CancelFunc, error) {
+	if err := r.Available(); err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	return ctx, cancel, nil
+}
+
+// storeErr maps a store failure to ErrFleetUnavailable (counted by op).
+func (r *Registry) storeErr(op string, err error) error {
+	if err != nil && errors.Is(err, state.ErrUnavailable) {
+		if r.failed != nil {
+			r.failed(op)
+		}
+		return fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
+	}
+	return err
+}
+
+func (r *Registry) lease(l state.StreamerLease) (StreamerInfo, error) {
+	ctx, cancel, err := r.call()
+	if err != nil {
+		return StreamerInfo{}, err
+	}
+	defer cancel()
+	i, err := r.st.Lease(ctx, l, r.now())
+	return i, r.storeErr("script", err)
+}
+
+// fleet is the whole fleet in registration order, with each streamer's
+// edge.
+func (r *Registry) fleet() ([]state.FleetStreamer, error) {
+	ctx, cancel, err := r.call()
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	all, err := r.st.List(ctx, r.now())
+	if err != nil {
+		return nil, r.storeErr("script", err)
+	}
+	if r.seen != nil {
+		r.seen(all)
+	}
+	return all, nil
+}
+
+// lookup finds one streamer of the fleet and its edge.
+func (r *Registry) lookup(id string) (state.FleetStreamer, bool, error) {
+	ctx, cancel, err := r.call()
+	if err != nil {
+		return state.FleetStreamer{}, false, err
+	}
+	defer cancel()
+	s, ok, err := r.st.Get(ctx, id, r.now())
+	return s, ok, r.storeErr("get", err)
+}
+
+// Available reports whether the registry can answer for the whole fleet:
+// nil in memory; ErrFleetUnavailable while the fleet's store is known to
+// be unreachable (Snapshot is then empty, and LeaseIdle fails with it), so
+// a caller can refuse with a typed "fleet unavailable" rather than "no
+// capacity".
+func (r *Registry) Available() error {
+	if r.usable == nil {
+		return nil
+	}
+	return r.usable()
+}
+
+// Snapshot returns every identified streamer in registration order; nil
+// while the fleet's store is unreachable.
+func (r *Registry) Snapshot() []StreamerInfo {
+	all, err := r.fleet()
+	if err != nil {
+		return nil
+	}
+	out := make([]StreamerInfo, len(all))
+	for i, s := range all {
+		out[i] = s.Streamer
+	}
+	return out
+}
 
 // Get returns one streamer by its committed id.
-func (r *Registry) Get(id string) (StreamerInfo, bool) { return r.st.get(id, r.now()) }
+func (r *Registry) Get(id string) (StreamerInfo, bool) {
+	s, ok, err := r.lookup(id)
+	if err != nil || !ok {
+		return StreamerInfo{}, false
+	}
+	return s.Streamer, true
+}
 
 // Counts returns streamers by POP and state.
 func (r *Registry) Counts() map[string]POPCounts {
@@ -159,7 +397,8 @@ func (r *Registry) Lease(streamerID, sessionID string, until time.Time) error {
 	if sessionID == "" {
 		return fmt.Errorf("%w: empty session id", ErrBadLease)
 	}
-	return r.st.lease(streamerID, sessionID, r.now(), until)
+	_, err := r.lease(state.StreamerLease{Mode: state.LeaseNamed, ID: streamerID, SessionID: sessionID, Until: until})
+	return err
 }
 
 // LeaseIdle atomically picks an idle streamer in pop advertising codec (""
@@ -168,260 +407,16 @@ func (r *Registry) LeaseIdle(pop, codec, sessionID string, until time.Time) (Str
 	if sessionID == "" {
 		return StreamerInfo{}, fmt.Errorf("%w: empty session id", ErrBadLease)
 	}
-	return r.st.leaseIdle(pop, codec, sessionID, r.now(), until)
+	return r.lease(state.StreamerLease{Mode: state.LeaseAnyIdle, POP: pop, Codec: codec, SessionID: sessionID, Until: until})
 }
 
 // Release drops sessionID's lease. A streamer with players stays streaming
 // until they leave, then is idle.
-func (r *Registry) Release(sessionID string) error { return r.st.release(sessionID, r.now()) }
-
-// entry is one streamer's registry record.
-type entry struct {
-	info       StreamerInfo // State is derived on read
-	seq        uint64       // registration order
-	idleSince  time.Time
-	sessionID  string
-	leaseUntil time.Time
-}
-
-func (e *entry) state(now time.Time) StreamerState {
-	switch {
-	case e.info.Players > 0:
-		return StateStreaming
-	case e.sessionID != "" && now.Before(e.leaseUntil):
-		return StateLeased
+func (r *Registry) Release(sessionID string) error {
+	ctx, cancel, err := r.call()
+	if err != nil {
+		return err
 	}
-	return StateIdle
-}
-
-// expire drops a lapsed lease; it returns e's state.
-func (m *memStore) expire(e *entry, now time.Time) StreamerState {
-	st := e.state(now)
-	if st == StateIdle && e.sessionID != "" {
-		if m.session[e.sessionID] == e.info.ID {
-			delete(m.session, e.sessionID)
-		}
-		e.idleSince = e.leaseUntil
-		e.sessionID, e.leaseUntil = "", time.Time{}
-	}
-	return st
-}
-
-func (m *memStore) view(e *entry, now time.Time) StreamerInfo {
-	i := e.info
-	i.State = m.expire(e, now)
-	i.SessionID, i.LeaseUntil = e.sessionID, e.leaseUntil
-	i.Codecs = slices.Clone(i.Codecs)
-	return i
-}
-
-// memStore is the in-memory registryStore.
-type memStore struct {
-	mu      sync.Mutex
-	byID    map[string]*entry // guarded by mu
-	session map[string]string // session id -> streamer id; guarded by mu
-	seq     uint64            // guarded by mu
-}
-
-func newMemStore() *memStore {
-	return &memStore{byID: make(map[string]*entry), session: make(map[string]string)}
-}
-
-func (m *memStore) add(e entry) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.byID[e.info.ID]; ok {
-		return fmt.Errorf("%w: %s", ErrStreamerExists, e.info.ID)
-	}
-	m.seq++
-	e.seq = m.seq
-	e.idleSince = e.info.ConnectedAt
-	m.byID[e.info.ID] = &e
-	return nil
-}
-
-func (m *memStore) remove(id string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.byID[id]
-	if !ok {
-		return
-	}
-	if e.sessionID != "" {
-		delete(m.session, e.sessionID)
-	}
-	delete(m.byID, id)
-}
-
-func (m *memStore) rename(oldID, newID string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.byID[oldID]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownStreamer, oldID)
-	}
-	if _, ok := m.byID[newID]; ok && newID != oldID {
-		return fmt.Errorf("%w: %s", ErrStreamerExists, newID)
-	}
-	delete(m.byID, oldID)
-	e.info.ID = newID
-	m.byID[newID] = e
-	if e.sessionID != "" {
-		m.session[e.sessionID] = newID
-	}
-	return nil
-}
-
-func (m *memStore) joined(id string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.byID[id]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownStreamer, id)
-	}
-	e.info.Players++
-	return nil
-}
-
-func (m *memStore) left(id string, now time.Time, grace time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.byID[id]
-	if !ok || e.info.Players == 0 {
-		return
-	}
-	e.info.Players--
-	if e.info.Players > 0 {
-		return
-	}
-	e.idleSince = now
-	if e.sessionID != "" {
-		e.leaseUntil = now.Add(grace) // time to reconnect, no more
-	}
-}
-
-// claim is a token-mode subscribe: the lease must be sessionID's, or the
-// streamer idle (then it is leased to sessionID until until).
-func (m *memStore) claim(id, sessionID string, now, until time.Time) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.byID[id]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownStreamer, id)
-	}
-	st := m.expire(e, now)
-	if e.sessionID == sessionID {
-		if until.After(e.leaseUntil) {
-			e.leaseUntil = until
-		}
-		return nil
-	}
-	if st != StateIdle {
-		return fmt.Errorf("%w: %s is %s", ErrNotIdle, id, st)
-	}
-	return m.setLease(e, sessionID, until)
-}
-
-func (m *memStore) setLease(e *entry, sessionID string, until time.Time) error {
-	if other, ok := m.session[sessionID]; ok && other != e.info.ID {
-		if o := m.byID[other]; o != nil && o.sessionID == sessionID {
-			return fmt.Errorf("%w: %s holds %s", ErrSessionLeased, sessionID, other)
-		}
-	}
-	e.sessionID, e.leaseUntil = sessionID, until
-	m.session[sessionID] = e.info.ID
-	return nil
-}
-
-func (m *memStore) lease(id, sessionID string, now, until time.Time) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.byID[id]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownStreamer, id)
-	}
-	st := m.expire(e, now)
-	if e.sessionID == sessionID {
-		e.leaseUntil = until
-		return nil
-	}
-	if st != StateIdle {
-		return fmt.Errorf("%w: %s is %s", ErrNotIdle, id, st)
-	}
-	return m.setLease(e, sessionID, until)
-}
-
-func (m *memStore) leaseIdle(pop, codec, sessionID string, now, until time.Time) (StreamerInfo, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if id, ok := m.session[sessionID]; ok {
-		if e := m.byID[id]; e != nil && e.sessionID == sessionID && m.expire(e, now) != StateIdle {
-			if e.info.POP == pop && e.info.HasCodec(codec) {
-				if e.info.Players == 0 {
-					e.leaseUntil = until
-				}
-				return m.view(e, now), nil
-			}
-			return StreamerInfo{}, fmt.Errorf("%w: %s holds %s", ErrSessionLeased, sessionID, id)
-		}
-	}
-	var best *entry
-	for _, e := range m.byID {
-		if e.info.POP != pop || !e.info.HasCodec(codec) || m.expire(e, now) != StateIdle {
-			continue
-		}
-		if best == nil || e.idleSince.Before(best.idleSince) ||
-			(e.idleSince.Equal(best.idleSince) && e.seq < best.seq) {
-			best = e
-		}
-	}
-	if best == nil {
-		return StreamerInfo{}, fmt.Errorf("%w: pop %q codec %q", ErrNoIdleStreamer, pop, codec)
-	}
-	if err := m.setLease(best, sessionID, until); err != nil {
-		return StreamerInfo{}, err
-	}
-	return m.view(best, now), nil
-}
-
-func (m *memStore) release(sessionID string, now time.Time) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	id, ok := m.session[sessionID]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownSession, sessionID)
-	}
-	delete(m.session, sessionID)
-	if e := m.byID[id]; e != nil && e.sessionID == sessionID {
-		e.sessionID, e.leaseUntil = "", time.Time{}
-		if e.info.Players == 0 {
-			e.idleSince = now
-		}
-	}
-	return nil
-}
-
-func (m *memStore) snapshot(now time.Time) []StreamerInfo {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	es := make([]*entry, 0, len(m.byID))
-	for _, e := range m.byID {
-		es = append(es, e)
-	}
-	slices.SortFunc(es, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
-	out := make([]StreamerInfo, len(es))
-	for i, e := range es {
-		out[i] = m.view(e, now)
-	}
-	return out
-}
-
-func (m *memStore) get(id string, now time.Time) (StreamerInfo, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.byID[id]
-	if !ok {
-		return StreamerInfo{}, false
-	}
-	return m.view(e, now), true
+	defer cancel()
+	return r.storeErr("script", r.st.Release(ctx, sessionID, r.now()))
 }

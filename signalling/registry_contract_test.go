@@ -3,70 +3,35 @@ package signalling
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/state/redisstate"
 )
 
-// The registry contract, run against memStore and redisStore: the same
-// calls give the same answers (DESIGN.md section 8).
+// The registry contract, run on the memory store and on the Redis one
+// (state/redisstate): the same calls give the same answers (DESIGN.md
+// section 8). The store contract itself is state/statetest's; this is the
+// Registry's own layer over it (this edge's view, synced to the store).
 
-// syncedStore applies a redisStore's fleet side at once (the Server's sync
-// loop does it asynchronously), so a table can follow each step.
-type syncedStore struct {
-	*redisStore
-	t   testing.TB
-	now func() time.Time
-}
-
-func (s syncedStore) flush() {
-	s.t.Helper()
-	if err := s.redisStore.sync(context.Background(), false, s.now()); err != nil {
-		s.t.Fatalf("sync: %v", err)
-	}
-}
-
-func (s syncedStore) add(e entry) error {
-	err := s.redisStore.add(e)
-	s.flush()
-	return err
-}
-func (s syncedStore) remove(id string) { s.redisStore.remove(id); s.flush() }
-func (s syncedStore) rename(o, n string) error {
-	err := s.redisStore.rename(o, n)
-	s.flush()
-	return err
-}
-func (s syncedStore) joined(id string) error {
-	err := s.redisStore.joined(id)
-	s.flush()
-	return err
-}
-func (s syncedStore) left(id string, now time.Time, grace time.Duration) {
-	s.redisStore.left(id, now, grace)
-	s.flush()
-}
-
-// contractRegistries returns a fresh registry per store kind.
+// contractRegistries returns a fresh registry per store kind. The Redis
+// one syncs its fleet side at once (kick nil), as a single edge does, so a
+// table can follow each step.
 func contractRegistries(t *testing.T) map[string]func(clk *fakeClock) *Registry {
 	addr, _ := redistest.Start(t)
-	rdb, _ := redisClient(t, addr)
+	conn, _ := redisConn(t, addr)
 	return map[string]func(*fakeClock) *Registry{
-		"memory": func(clk *fakeClock) *Registry { return newRegistry(clk.Now, 10*time.Second) },
+		"memory": func(clk *fakeClock) *Registry {
+			return newRegistry(clk.Now, 10*time.Second, slog.New(slog.DiscardHandler))
+		},
 		"redis": func(clk *fakeClock) *Registry {
-			if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+			if err := conn.Client().FlushAll(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			cl, err := NewRedisCluster(rdb, "edge-contract", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cl.errs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"op"})
-			r := newRegistry(clk.Now, 10*time.Second)
-			r.st = syncedStore{redisStore: newRedisStore(cl, 10*time.Second), t: t, now: clk.Now}
+			r := newRegistry(clk.Now, 10*time.Second, slog.New(slog.DiscardHandler))
+			r.st, r.edge, r.ttl = redisstate.NewStreamers(conn), "edge-contract", time.Hour
 			return r
 		},
 	}
@@ -83,12 +48,12 @@ func TestRegistryContract(t *testing.T) {
 				{ID: "c", POP: "us-east-1", Codecs: []string{"H264"}},
 			} {
 				s.ConnectedAt = clk.Now()
-				if err := r.st.add(entry{info: s}); err != nil {
+				if err := r.add(s); err != nil {
 					t.Fatal(err)
 				}
 				clk.Add(time.Second)
 			}
-			if err := r.st.add(entry{info: StreamerInfo{ID: "a", POP: "x", ConnectedAt: clk.Now()}}); !errors.Is(err, ErrStreamerExists) {
+			if err := r.add(StreamerInfo{ID: "a", POP: "x", ConnectedAt: clk.Now()}); !errors.Is(err, ErrStreamerExists) {
 				t.Fatalf("duplicate add: %v", err)
 			}
 			until := clk.Now().Add(30 * time.Second)
@@ -152,20 +117,20 @@ func TestRegistryContract(t *testing.T) {
 			if got, err := r.LeaseIdle("eu-west-1", "", "s3", clk.Now().Add(10*time.Second)); err != nil || got.ID != "a" {
 				t.Fatalf("after lapse: %+v %v", got, err)
 			}
-			if err := r.st.claim("a", "s3", clk.Now(), clk.Now().Add(time.Minute)); err != nil {
+			if err := r.claim("a", "s3", clk.Now().Add(time.Minute)); err != nil {
 				t.Fatal(err)
 			}
-			if err := r.st.claim("a", "s4", clk.Now(), clk.Now().Add(time.Minute)); !errors.Is(err, ErrNotIdle) {
+			if err := r.claim("a", "s4", clk.Now().Add(time.Minute)); !errors.Is(err, ErrNotIdle) {
 				t.Fatalf("claim by another session: %v", err)
 			}
-			if err := r.st.joined("a"); err != nil {
+			if err := r.joined("a"); err != nil {
 				t.Fatal(err)
 			}
 			clk.Add(time.Hour)
 			if state() != StateStreaming {
 				t.Fatalf("state %s, want streaming", state())
 			}
-			if err := r.st.rename("a", "a1"); err != nil {
+			if err := r.rename("a", "a1"); err != nil {
 				t.Fatal(err)
 			}
 			if i, ok := r.Get("a1"); !ok || i.SessionID != "s3" || i.Players != 1 {
@@ -174,7 +139,7 @@ func TestRegistryContract(t *testing.T) {
 			if _, ok := r.Get("a"); ok {
 				t.Fatal("old id still registered")
 			}
-			r.st.left("a1", clk.Now(), 10*time.Second)
+			r.left("a1")
 			if i, _ := r.Get("a1"); i.State != StateLeased || !i.LeaseUntil.Equal(clk.Now().Add(10*time.Second)) {
 				t.Fatalf("after leave %+v", i)
 			}
@@ -187,8 +152,8 @@ func TestRegistryContract(t *testing.T) {
 			if snap := r.Snapshot(); len(snap) != 3 || snap[0].ID != "a1" || snap[1].ID != "b" || snap[2].ID != "c" {
 				t.Fatalf("snapshot order %+v", snap)
 			}
-			r.st.remove("a1")
-			r.st.remove("b")
+			r.remove("a1")
+			r.remove("b")
 			if snap := r.Snapshot(); len(snap) != 1 || snap[0].ID != "c" {
 				t.Fatalf("after remove %+v", snap)
 			}

@@ -2,16 +2,17 @@ package signalling
 
 import (
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 )
 
 func regWith(t *testing.T, clk *fakeClock, streamers ...StreamerInfo) *Registry {
 	t.Helper()
-	r := newRegistry(clk.Now, 10*time.Second)
+	r := newRegistry(clk.Now, 10*time.Second, slog.New(slog.DiscardHandler))
 	for _, s := range streamers {
 		s.ConnectedAt = clk.Now()
-		if err := r.st.add(entry{info: s}); err != nil {
+		if err := r.add(s); err != nil {
 			t.Fatal(err)
 		}
 		clk.Add(time.Second)
@@ -88,26 +89,26 @@ func TestRegistryLifecycle(t *testing.T) {
 	if _, err := r.LeaseIdle("p", "H264", "s3", clk.Now().Add(10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.st.claim("a", "s3", clk.Now(), clk.Now().Add(time.Minute)); err != nil {
+	if err := r.claim("a", "s3", clk.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.st.claim("a", "s4", clk.Now(), clk.Now().Add(time.Minute)); !errors.Is(err, ErrNotIdle) {
+	if err := r.claim("a", "s4", clk.Now().Add(time.Minute)); !errors.Is(err, ErrNotIdle) {
 		t.Fatalf("claim by another session: %v", err)
 	}
-	_ = r.st.joined("a")
+	_ = r.joined("a")
 	clk.Add(time.Hour)
 	if state() != StateStreaming {
 		t.Fatalf("state %s, want streaming", state())
 	}
 	// Rename keeps the lease.
-	if err := r.st.rename("a", "a1"); err != nil {
+	if err := r.rename("a", "a1"); err != nil {
 		t.Fatal(err)
 	}
 	if i, ok := r.Get("a1"); !ok || i.SessionID != "s3" {
 		t.Fatalf("after rename %+v", i)
 	}
 	// Last player leaves: leased for the grace, then idle.
-	r.st.left("a1", clk.Now(), 10*time.Second)
+	r.left("a1")
 	if i, _ := r.Get("a1"); i.State != StateLeased {
 		t.Fatalf("after leave %+v", i)
 	}
@@ -117,7 +118,7 @@ func TestRegistryLifecycle(t *testing.T) {
 	if i, _ := r.Get("a1"); i.State != StateIdle || i.SessionID != "" {
 		t.Fatalf("after release %+v", i)
 	}
-	r.st.remove("a1")
+	r.remove("a1")
 	if len(r.Snapshot()) != 0 {
 		t.Fatal("not removed")
 	}

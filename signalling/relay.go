@@ -11,54 +11,53 @@ package signalling
 // B's proxy; what B's code sends the proxy (frames, and its close) goes
 // back to A for the real socket.
 //
-// Transport: each edge reads one Redis stream, its inbox {px-in:<edge>},
-// with XREAD BLOCK on one goroutine. Per connection the producer is one
-// goroutine (the link's or the proxy's) that XADDs in queue order, so
-// Redis appends a connection's entries in order and the single reader
-// hands them to the connection in that order. Entries carry the link
-// generation and a per-direction sequence number: a retried pipeline that
-// partly went through is deduplicated, and a late entry of an old link is
-// dropped.
+// Transport: each edge reads one inbox (state.Inbox: on Redis a stream,
+// read with XREAD BLOCK) on one goroutine. Per connection the producer is
+// one goroutine (the link's or the proxy's) that appends in queue order,
+// so the store keeps a connection's entries in order and the single
+// reader hands them to the connection in that order. Entries carry the
+// link generation and a per-direction sequence number: a retried append
+// that partly went through is deduplicated, and a late entry of an old
+// link is dropped.
 //
-// Inbox entry fields: k kind, f sender edge, p player id, g generation,
-// n sequence, d frame, c close code, r close reason, s session (JSON).
-// Kinds towards the streamer's edge: O open, F frame, G gone. Towards the
-// player's edge: f frame, c close, u unsubscribed, x killed (slow).
+// Entries (relaywire.go): kind, sender edge, player id, generation,
+// sequence, frame, close code and reason, session (JSON). Kinds towards
+// the streamer's edge: O open, F frame, G gone. Towards the player's
+// edge: f frame, c close, u unsubscribed, x killed (slow).
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/state"
 )
 
 // Inbox entry kinds.
 const (
-	kindOpen   = "O"
-	kindFrame  = "F"
-	kindGone   = "G"
-	kindToP    = "f"
-	kindClose  = "c"
-	kindUnsub  = "u"
-	kindKilled = "x"
+	kindOpen   byte = 'O'
+	kindFrame  byte = 'F'
+	kindGone   byte = 'G'
+	kindToP    byte = 'f'
+	kindClose  byte = 'c'
+	kindUnsub  byte = 'u'
+	kindKilled byte = 'x'
 )
 
 // Drop reasons of the relay (egbe_pxstream_messages_dropped_total).
 const (
 	dropFleetUnavailable = "fleet_unavailable"
 	dropPeerEdgeDead     = "peer_edge_dead"
+	dropBadRelayEntry    = "bad_relay_entry"
 )
 
 // relayEntry is one inbox entry to write.
 type relayEntry struct {
-	kind   string
+	kind   byte
 	data   []byte
 	code   int
 	reason string
@@ -164,10 +163,10 @@ func (c *Cluster) autoSubscribeRemote(p *player, m *Message) bool {
 	target := ""
 	if p.session != nil {
 		target = p.session.StreamerID
-	} else if fleet, err := c.store.fleetEntries(s.now()); err == nil {
+	} else if fleet, err := c.fleetEntries(); err == nil {
 		for _, e := range fleet {
-			if e.edge != c.edge {
-				target = e.info.ID
+			if e.Edge != c.edge {
+				target = e.ID
 				break
 			}
 		}
@@ -201,7 +200,7 @@ func (c *Cluster) subscribeRemote(p *player, id string, frame []byte, l *link) b
 		}
 		return false
 	}
-	h, err := c.store.hash(id)
+	fs, found, err := s.reg.lookup(id)
 	if err != nil {
 		// Subscribing unsubscribes first, whatever the outcome.
 		if l != nil {
@@ -216,8 +215,8 @@ func (c *Cluster) subscribeRemote(p *player, id string, frame []byte, l *link) b
 		p.send(msgSubscribeFailed(fmt.Sprintf("Streamer %s is unavailable: the streamer registry cannot be reached.", id)))
 		return true
 	}
-	edge := h["edge"]
-	if edge == "" || edge == c.edge {
+	edge := fs.Edge
+	if !found || edge == "" || edge == c.edge {
 		// Unknown: the local code answers "does not exist".
 		if l != nil {
 			c.unlink(p, true)
@@ -351,42 +350,29 @@ func (c *Cluster) linkLoop(l *link) {
 	}
 }
 
-// send XADDs entries to edge's inbox in one pipeline, retrying with backoff
-// until it goes through (entries carry sequence numbers, so a retry that
-// repeats some is harmless), quit closes or c stops. once tries one time.
+// send appends entries to edge's inbox in one round trip, retrying with
+// backoff until it goes through (entries carry sequence numbers, so a
+// retry that repeats some is harmless), quit closes or c stops. once tries
+// one time.
 func (c *Cluster) send(edge, pid string, gen uint64, seq *uint64, batch []relayEntry, quit <-chan struct{}, once bool) bool {
-	first := *seq
+	msgs := make([][]byte, len(batch))
+	for i, e := range batch {
+		msgs[i] = appendEntry(nil, wireEntry{kind: e.kind, from: c.edge, player: pid, gen: gen, seq: *seq + uint64(i) + 1,
+			data: e.data, code: e.code, reason: e.reason, sess: e.sess})
+	}
 	backoff := 20 * time.Millisecond
 	for {
 		if c.crashed.Load() {
 			return false
 		}
-		n := first
 		ctx, cancel := c.opContext()
-		_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, e := range batch {
-				n++
-				v := []any{"k", e.kind, "f", c.edge, "p", pid, "g", strconv.FormatUint(gen, 10), "n", strconv.FormatUint(n, 10)}
-				if e.data != nil {
-					v = append(v, "d", e.data)
-				}
-				if e.kind == kindClose {
-					v = append(v, "c", strconv.Itoa(e.code), "r", e.reason)
-				}
-				if e.sess != nil {
-					v = append(v, "s", e.sess)
-				}
-				p.XAdd(ctx, &redis.XAddArgs{Stream: inboxKey(edge), MaxLen: inboxMaxLen, Approx: true, Values: v})
-			}
-			return nil
-		})
+		err := c.fs.Inbox.Send(ctx, edge, msgs...)
 		cancel()
 		if err == nil {
-			*seq = n
+			*seq += uint64(len(batch))
 			return true
 		}
 		c.count("relay")
-		_ = c.failed(err)
 		if once {
 			return false
 		}
@@ -498,23 +484,18 @@ func (c *Cluster) dropProxy(px *proxy, gone bool) {
 
 // ---- inbox dispatch ----
 
-func str(v any) string { s, _ := v.(string); return s }
-
-func num64(v any) uint64 { n, _ := strconv.ParseUint(str(v), 10, 64); return n }
-
 // dispatch handles one inbox entry (on the inbox goroutine, in order).
-func (c *Cluster) dispatch(v map[string]any) {
-	kind, from, pid := str(v["k"]), str(v["f"]), str(v["p"])
-	gen, n := num64(v["g"]), num64(v["n"])
-	switch kind {
+func (c *Cluster) dispatch(e wireEntry) {
+	switch e.kind {
 	case kindOpen, kindFrame, kindGone:
-		c.toProxy(kind, from, pid, gen, n, v)
+		c.toProxy(e)
 	case kindToP, kindClose, kindUnsub, kindKilled:
-		c.toLink(kind, from, pid, gen, n, v)
+		c.toLink(e)
 	}
 }
 
-func (c *Cluster) toProxy(kind, from, pid string, gen, n uint64, v map[string]any) {
+func (c *Cluster) toProxy(e wireEntry) {
+	kind, from, pid, gen, n := e.kind, e.from, e.player, e.gen, e.seq
 	key := from + "\x00" + pid
 	c.rmu.Lock()
 	px := c.proxies[key]
@@ -529,7 +510,7 @@ func (c *Cluster) toProxy(kind, from, pid string, gen, n uint64, v map[string]an
 			c.rmu.Unlock()
 			return
 		}
-		px = c.newProxy(from, pid, gen, []byte(str(v["s"])))
+		px = c.newProxy(from, pid, gen, e.sess)
 		c.proxies[key] = px
 		c.proxyOf[px.p] = px
 		c.wg.Add(1)
@@ -548,7 +529,7 @@ func (c *Cluster) toProxy(kind, from, pid string, gen, n uint64, v map[string]an
 	c.rmu.Unlock()
 	switch kind {
 	case kindFrame:
-		c.srv.onPlayerFrame(px.p, []byte(str(v["d"])))
+		c.srv.onPlayerFrame(px.p, e.data)
 		s := c.srv
 		s.mu.Lock()
 		subscribed := px.p.streamer != nil
@@ -568,7 +549,8 @@ func (c *Cluster) toProxy(kind, from, pid string, gen, n uint64, v map[string]an
 	}
 }
 
-func (c *Cluster) toLink(kind, from, pid string, gen, n uint64, v map[string]any) {
+func (c *Cluster) toLink(e wireEntry) {
+	kind, from, pid, gen, n := e.kind, e.from, e.player, e.gen, e.seq
 	c.rmu.Lock()
 	l := c.linkByID[pid]
 	if l == nil || l.edge != from || l.gen != gen || n <= l.lastIn {
@@ -584,10 +566,9 @@ func (c *Cluster) toLink(kind, from, pid string, gen, n uint64, v map[string]any
 	c.rmu.Unlock()
 	switch kind {
 	case kindToP:
-		l.p.send([]byte(str(v["d"])))
+		l.p.send(e.data)
 	case kindClose:
-		code, _ := strconv.Atoi(str(v["c"]))
-		l.p.closeWith(code, str(v["r"]))
+		l.p.closeWith(e.code, e.reason)
 	case kindKilled:
 		l.p.kill()
 	}
@@ -595,9 +576,10 @@ func (c *Cluster) toLink(kind, from, pid string, gen, n uint64, v map[string]any
 
 // ---- peers ----
 
-// checkPeers closes links and proxies of edges whose liveness key has been
-// missing for a TTL (the edge died): linked players are closed as if their
-// streamer left (1005); proxies leave their streamer (playerDisconnected).
+// checkPeers closes links and proxies of edges the fleet's membership has
+// not had alive for a TTL (the edge died): linked players are closed as if
+// their streamer left (1005); proxies leave their streamer
+// (playerDisconnected).
 func (c *Cluster) checkPeers(ctx context.Context) {
 	c.rmu.Lock()
 	edges := make(map[string]struct{})
@@ -612,23 +594,19 @@ func (c *Cluster) checkPeers(ctx context.Context) {
 		return
 	}
 	names := make([]string, 0, len(edges))
-	cmds := make([]*redis.IntCmd, 0, len(edges))
-	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for e := range edges {
-			names = append(names, e)
-			cmds = append(cmds, p.Exists(ctx, edgeKey(e)))
-		}
-		return nil
-	})
+	for e := range edges {
+		names = append(names, e)
+	}
+	alive, err := c.fs.Members.Alive(ctx, names...)
 	if err != nil {
-		_ = c.failed(err)
+		c.count("members")
 		return
 	}
 	now := time.Now()
 	var dead []string
 	c.rmu.Lock()
-	for i, e := range names {
-		if cmds[i].Val() == 1 {
+	for _, e := range names {
+		if _, ok := alive[e]; ok {
 			delete(c.missing, e)
 			continue
 		}
@@ -676,32 +654,19 @@ func (c *Cluster) peerDead(edge string) {
 
 // ---- fleet listing ----
 
-// fleetEntry is a registry snapshot row with the edge holding it.
-type fleetEntry struct {
-	info StreamerInfo
-	edge string
-}
-
 // fleetEntries is the whole fleet in registration order.
-func (r *redisStore) fleetEntries(now time.Time) ([]fleetEntry, error) {
-	ctx, cancel := r.cl.opContext()
-	defer cancel()
-	res, err := r.cl.runScript(ctx, scriptSnapshot, []string{pxIDsKey})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]fleetEntry, 0, len(res))
+func (c *Cluster) fleetEntries() ([]state.FleetStreamer, error) { return c.srv.reg.fleet() }
+
+// noteFleet refreshes the view of other edges' ids from a fleet read (the
+// registry's, whoever asked: the heartbeat, listStreamers, the matchmaker).
+func (c *Cluster) noteFleet(all []state.FleetStreamer) {
 	remote := make(map[string]struct{})
-	for _, x := range res {
-		h, _ := x.([]any)
-		m := pairs(h)
-		out = append(out, fleetEntry{info: infoFromHash(m, now), edge: m["edge"]})
-		if m["edge"] != r.cl.edge {
-			remote[m["id"]] = struct{}{}
+	for _, e := range all {
+		if e.Edge != c.edge {
+			remote[e.ID] = struct{}{}
 		}
 	}
-	r.cl.remote.Store(&remote)
-	return out, nil
+	c.remote.Store(&remote)
 }
 
 // remoteID reports whether another edge registered id, as of the last
@@ -758,15 +723,15 @@ func (c *Cluster) listIDs(p *player) []string {
 	ids := make([]string, 0, len(fleet)+len(local))
 	for _, e := range fleet {
 		switch {
-		case e.edge == c.edge:
-			if _, ok := mine[e.info.ID]; !ok {
+		case e.Edge == c.edge:
+			if _, ok := mine[e.ID]; !ok {
 				continue // gone here (or not this session's), not yet synced
 			}
-			mine[e.info.ID] = true
-		case p.session != nil && e.info.ID != p.session.StreamerID:
+			mine[e.ID] = true
+		case p.session != nil && e.ID != p.session.StreamerID:
 			continue
 		}
-		ids = append(ids, e.info.ID)
+		ids = append(ids, e.ID)
 	}
 	for _, id := range local {
 		if !mine[id] {
@@ -782,11 +747,11 @@ func (c *Cluster) listIDs(p *player) []string {
 const listCacheTTL = 250 * time.Millisecond
 
 // cachedFleet is fleetEntries, reused for listCacheTTL.
-func (c *Cluster) cachedFleet() ([]fleetEntry, error) {
+func (c *Cluster) cachedFleet() ([]state.FleetStreamer, error) {
 	c.listMu.Lock()
 	defer c.listMu.Unlock()
 	if c.listAt.IsZero() || time.Since(c.listAt) > listCacheTTL {
-		fleet, err := c.store.fleetEntries(c.srv.now())
+		fleet, err := c.fleetEntries()
 		if err != nil {
 			return nil, err
 		}

@@ -58,9 +58,10 @@ type Deps struct {
 	// about a token-mode player (idle.go): the session, its subject, and
 	// what the worker saw. Called without the server's lock.
 	Input func(sessionID, subject string, r InputReport)
-	// Cluster, when set (NewRedisCluster), makes this Server one edge of a
-	// fleet on Redis: the registry is fleet-wide and players signal with
-	// streamers on any edge. Nil (the default) is a single edge in memory.
+	// Cluster, when set (NewCluster), makes this Server one edge of a fleet
+	// sharing state (Redis, through state/): the registry is fleet-wide and
+	// players signal with streamers on any edge. Nil (the default) is a
+	// single edge in memory.
 	Cluster *Cluster
 }
 
@@ -165,7 +166,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		now:     d.Now,
 		signer:  d.Signer,
 		hooks:   d.Leases,
-		reg:     newRegistry(d.Now, cfg.LeaseGrace),
+		reg:     newRegistry(d.Now, cfg.LeaseGrace, d.Logger.With("component", "signalling")),
 		config:  msgConfig(pco),
 		conns:   make(map[*conn]struct{}),
 		byID:    make(map[string]*streamer),
@@ -525,14 +526,14 @@ func (s *Server) endpointID(st *streamer, m *Message) {
 		st.id = id
 		s.byID[id] = st
 		s.streamers = append(s.streamers, st)
-		_ = s.reg.st.add(entry{info: StreamerInfo{ID: id, POP: st.pop, Codecs: st.codecs, ConnectedAt: s.now()}})
+		_ = s.reg.add(StreamerInfo{ID: id, POP: st.pop, Codecs: st.codecs, ConnectedAt: s.now()})
 		st.log.Info("streamer identified", "streamer", id)
 	case old != id:
 		s.list = nil
 		delete(s.byID, old)
 		st.id = id
 		s.byID[id] = st
-		_ = s.reg.st.rename(old, id)
+		_ = s.reg.rename(old, id)
 		st.log.Info("streamer renamed", "streamer", id, "from", old)
 		for _, p := range st.players {
 			p.send(msgStreamerIDChanged(id))
@@ -676,7 +677,7 @@ func (s *Server) streamerGone(st *streamer) {
 				break
 			}
 		}
-		s.reg.st.remove(st.id)
+		s.reg.remove(st.id)
 		st.log.Info("streamer left", "streamer", st.id, "players", len(st.players))
 	}
 	for _, p := range st.players {
@@ -817,7 +818,7 @@ func (s *Server) subscribeLocked(p *player, id string) bool {
 		s.idleStartLocked(p.session.SessionID)
 	}
 	if st.sfu == nil { // SFUs are not in the registry
-		_ = s.reg.st.joined(id)
+		_ = s.reg.joined(id)
 	}
 	st.send(msgPlayerConnected(p.id))
 	return true
@@ -833,7 +834,7 @@ func (s *Server) detachLocked(p *player) bool {
 	p.streamer = nil
 	delete(st.players, p.id)
 	if st.sfu == nil {
-		s.reg.st.left(st.id, s.now(), s.cfg.LeaseGrace)
+		s.reg.left(st.id)
 	}
 	st.send(msgPlayerDisconnected(p.id))
 	return true

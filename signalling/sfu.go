@@ -236,7 +236,7 @@ func (s *Server) sfuSubscribe(f *sfuConn, id string) {
 	st.players[f.pl.id] = f.pl
 	f.pl.streamer = st
 	if st.sfu == nil {
-		_ = s.reg.st.joined(st.id)
+		_ = s.reg.joined(st.id)
 	}
 	st.send(msgSFUConnected(f.pl.id))
 }
@@ -358,7 +358,7 @@ func (s *Server) claimLocked(st *streamer, sess *auth.PxSession) error {
 	if st.sfu != nil {
 		return nil
 	}
-	return s.reg.st.claim(st.id, sess.SessionID, s.now(), sess.ExpiresAt)
+	return s.reg.claim(st.id, sess.SessionID, sess.ExpiresAt)
 }
 
 // playerCount is st's subscribed players less SFUs. Caller holds s.mu.

@@ -14,3 +14,24 @@ var (
 	// malformed command.
 	ErrBadArgument = errors.New("state: bad argument")
 )
+
+// Streamer registry errors (Streamers).
+var (
+	// ErrUnknownStreamer: no registered streamer has that id.
+	ErrUnknownStreamer = errors.New("state: unknown streamer")
+	// ErrNotIdle: the streamer is leased to another session or streaming.
+	ErrNotIdle = errors.New("state: streamer not idle")
+	// ErrNoIdleStreamer: no idle streamer in that POP offers that codec.
+	ErrNoIdleStreamer = errors.New("state: no idle streamer")
+	// ErrSessionLeased: the session holds a lease on another streamer.
+	ErrSessionLeased = errors.New("state: session already holds a lease")
+	// ErrUnknownSession: the session holds no lease.
+	ErrUnknownSession = errors.New("state: unknown session")
+)
+
+// Availability is what a shared store can say without a round trip: nil
+// while it answers, ErrUnavailable while it is known not to (every Redis
+// store of a process shares one tracker: state/redisstate).
+type Availability interface {
+	Available() error
+}

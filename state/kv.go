@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // KV is a small key-value store with per-key expiry: the shared state that
@@ -72,38 +70,4 @@ func (k *MemoryKV) Get(_ context.Context, key string) ([]byte, error) {
 		return nil, ErrNotFound
 	}
 	return append([]byte(nil), e.v...), nil
-}
-
-// RedisKV is the shared KV: one Redis string per key with PX expiry.
-type RedisKV struct {
-	rdb    redis.UniversalClient
-	prefix string
-}
-
-// NewRedisKV stores keys under prefix.
-func NewRedisKV(rdb redis.UniversalClient, prefix string) *RedisKV {
-	return &RedisKV{rdb: rdb, prefix: prefix}
-}
-
-// Put implements KV.
-func (k *RedisKV) Put(ctx context.Context, key string, value []byte, ttl time.Duration) error {
-	if ttl <= 0 {
-		return fmt.Errorf("state: kv ttl %v must be positive", ttl)
-	}
-	if err := k.rdb.Set(ctx, k.prefix+key, value, ttl).Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return nil
-}
-
-// Get implements KV.
-func (k *RedisKV) Get(ctx context.Context, key string) ([]byte, error) {
-	v, err := k.rdb.Get(ctx, k.prefix+key).Bytes()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return nil, ErrNotFound
-	case err != nil:
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return v, nil
 }

@@ -51,7 +51,8 @@ func NewMemoryLeases() *MemoryLeases {
 	return &MemoryLeases{keys: make(map[string]map[string]int64)}
 }
 
-func checkLimits(holder string, limits []LeaseLimit) error {
+// CheckLeaseLimits refuses an empty holder and a malformed limit.
+func CheckLeaseLimits(holder string, limits []LeaseLimit) error {
 	if holder == "" {
 		return fmt.Errorf("%w: empty holder", ErrBadArgument)
 	}
@@ -65,7 +66,7 @@ func checkLimits(holder string, limits []LeaseLimit) error {
 
 // Acquire implements Leases.
 func (m *MemoryLeases) Acquire(_ context.Context, holder string, limits []LeaseLimit, ttl time.Duration, now time.Time) (int, error) {
-	if err := checkLimits(holder, limits); err != nil {
+	if err := CheckLeaseLimits(holder, limits); err != nil {
 		return 0, err
 	}
 	ms := now.UnixMilli()

@@ -126,14 +126,15 @@ type Queue interface {
 	Take(ctx context.Context, bucket string, perMin, burst float64, now time.Time) (bool, error)
 }
 
-// epochGen is the generation prefix of an epoch (0 if malformed).
-func epochGen(e string) int64 {
+// EpochGen is the generation prefix of an epoch (0 if malformed).
+func EpochGen(e string) int64 {
 	g, _, _ := strings.Cut(e, "-")
 	n, _ := strconv.ParseInt(g, 10, 64)
 	return n
 }
 
-func newEpoch(gen int64) string {
+// NewEpoch returns a fresh epoch of generation gen: "<gen>-<random>".
+func NewEpoch(gen int64) string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	return strconv.FormatInt(gen, 10) + "-" + hex.EncodeToString(b)
@@ -186,7 +187,7 @@ var _ Queue = (*MemoryQueue)(nil)
 // NewMemoryQueue returns a disarmed room at generation 1.
 func NewMemoryQueue() *MemoryQueue {
 	q := &MemoryQueue{}
-	q.reset(newEpoch(1))
+	q.reset(NewEpoch(1))
 	return q
 }
 
@@ -248,7 +249,7 @@ func (q *MemoryQueue) Control(_ context.Context, c Control) (Meta, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if c.Op == OpRearm {
-		q.reset(newEpoch(epochGen(q.known) + 1))
+		q.reset(NewEpoch(EpochGen(q.known) + 1))
 		q.meta.ArmedGlobal = true
 		return copyMeta(q.meta), nil
 	}

@@ -2,10 +2,7 @@ package state
 
 import (
 	"context"
-	"fmt"
 	"sync"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // RevocationNotices is what a Revocations store may add: a notice of each
@@ -18,16 +15,10 @@ type RevocationNotices interface {
 	Watch(ctx context.Context, fn func(sessionID string)) error
 }
 
-var (
-	_ RevocationNotices = (*MemoryRevocations)(nil)
-	_ RevocationNotices = (*RedisRevocations)(nil)
-)
+var _ RevocationNotices = (*MemoryRevocations)(nil)
 
-// revocationChannel carries revoked session ids (PUBLISH is cluster-wide).
-const revocationChannel = revokedTag + "notices"
-
-// maxNoticeID bounds a session id taken from a notice.
-const maxNoticeID = 256
+// MaxNoticeID bounds a session id taken from a notice.
+const MaxNoticeID = 256
 
 // memoryWatchers is MemoryRevocations's subscriber list.
 type memoryWatchers struct {
@@ -65,35 +56,5 @@ func (m *MemoryRevocations) Watch(ctx context.Context, fn func(string)) error {
 	remove := m.watchers.add(fn)
 	<-ctx.Done()
 	remove()
-	return nil
-}
-
-// Watch implements RevocationNotices: a Redis subscription, resubscribed
-// by go-redis after a reconnect. It returns when ctx is done.
-func (r *RedisRevocations) Watch(ctx context.Context, fn func(string)) error {
-	sub := r.rdb.Subscribe(ctx, revocationChannel)
-	defer sub.Close()
-	ch := sub.Channel()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case msg, ok := <-ch:
-			if !ok {
-				return fmt.Errorf("%w: revocation notices ended", ErrUnavailable)
-			}
-			if id := msg.Payload; id != "" && len(id) <= maxNoticeID {
-				fn(id)
-			}
-		}
-	}
-}
-
-// publishRevocation tells every watching edge; a lost notice is caught by
-// the periodic check.
-func publishRevocation(ctx context.Context, rdb redis.UniversalClient, sessionID string) error {
-	if err := rdb.Publish(ctx, revocationChannel, sessionID).Err(); err != nil {
-		return fmt.Errorf("%w: revocation notice: %w", ErrUnavailable, err)
-	}
 	return nil
 }

@@ -6,13 +6,9 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // ShardDirectory is the fleet's list of world shards: every edge with a
@@ -43,9 +39,9 @@ const (
 	MaxShardInstances = 512 // instances per record
 	maxShardIDLen     = 128 // shard, instance and edge ids
 	maxShardAddrLen   = 256
-	// maxShardRecordBytes bounds one stored record; 512 instances of 128
+	// MaxShardRecordBytes bounds one stored record; 512 instances of 128
 	// bytes fit.
-	maxShardRecordBytes = 96 << 10
+	MaxShardRecordBytes = 96 << 10
 )
 
 // validate reports a record that does not fit the bounds above.
@@ -78,14 +74,16 @@ func (r ShardRecord) clone() ShardRecord {
 	return r
 }
 
-func checkAnnounce(rec ShardRecord, ttl time.Duration) error {
+// CheckAnnounce refuses a record out of bounds and a ttl <= 0.
+func CheckAnnounce(rec ShardRecord, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("%w: shard record ttl %v must be positive", ErrBadArgument, ttl)
 	}
 	return rec.validate()
 }
 
-func sortRecords(out []ShardRecord) {
+// SortShardRecords sorts records by shard id, as List returns them.
+func SortShardRecords(out []ShardRecord) {
 	slices.SortFunc(out, func(a, b ShardRecord) int { return strings.Compare(a.ID, b.ID) })
 }
 
@@ -103,10 +101,7 @@ type memShard struct {
 	exp time.Time
 }
 
-var (
-	_ ShardDirectory = (*MemoryShardDirectory)(nil)
-	_ ShardDirectory = (*RedisShardDirectory)(nil)
-)
+var _ ShardDirectory = (*MemoryShardDirectory)(nil)
 
 // NewMemoryShardDirectory returns an empty directory; now may be nil
 // (time.Now).
@@ -119,7 +114,7 @@ func NewMemoryShardDirectory(now func() time.Time) *MemoryShardDirectory {
 
 // Announce implements ShardDirectory.
 func (d *MemoryShardDirectory) Announce(_ context.Context, rec ShardRecord, ttl time.Duration) error {
-	if err := checkAnnounce(rec, ttl); err != nil {
+	if err := CheckAnnounce(rec, ttl); err != nil {
 		return err
 	}
 	now := d.now()
@@ -142,108 +137,17 @@ func (d *MemoryShardDirectory) List(context.Context) ([]ShardRecord, error) {
 		}
 		out = append(out, s.rec.clone())
 	}
-	sortRecords(out)
+	SortShardRecords(out)
 	if len(out) > MaxShardRecords {
 		out = out[:MaxShardRecords]
 	}
 	return out, nil
 }
 
-// RedisShardDirectory keeps one key per shard (a JSON record with PX
-// expiry) and an index of shard ids scored by expiry (unix ms); both carry
-// the {egbe-shards} hash tag. The key's own expiry decides liveness: the
-// index only bounds what List reads, so clock skew between edges cannot
-// drop a live shard.
-type RedisShardDirectory struct {
-	rdb     redis.UniversalClient
-	corrupt atomic.Uint64
-}
-
-// NewRedisShardDirectory returns a directory on rdb.
-func NewRedisShardDirectory(rdb redis.UniversalClient) *RedisShardDirectory {
-	return &RedisShardDirectory{rdb: rdb}
-}
-
-const (
-	shardsIndex     = "{egbe-shards}:index"
-	shardsKeyPrefix = "{egbe-shards}:shard:"
-	// shardsIndexSlack keeps index entries this long past their expiry
-	// (by the writer's clock), for readers whose clocks run ahead.
-	shardsIndexSlack = time.Minute
-)
-
-// Corrupt counts records List skipped: undecodable, oversized, out of
-// bounds, or stored under another shard's key.
-func (d *RedisShardDirectory) Corrupt() uint64 { return d.corrupt.Load() }
-
-// Announce implements ShardDirectory.
-func (d *RedisShardDirectory) Announce(ctx context.Context, rec ShardRecord, ttl time.Duration) error {
-	if err := checkAnnounce(rec, ttl); err != nil {
-		return err
-	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("state: encode shard record %q: %w", rec.ID, err)
-	}
-	if len(b) > maxShardRecordBytes {
-		return fmt.Errorf("%w: shard %q record is %d bytes (max %d)", ErrBadArgument, rec.ID, len(b), maxShardRecordBytes)
-	}
-	now := time.Now()
-	_, err = d.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, shardsKeyPrefix+rec.ID, b, ttl)
-		p.ZAdd(ctx, shardsIndex, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: rec.ID})
-		p.ZRemRangeByScore(ctx, shardsIndex, "-inf", "("+strconv.FormatInt(now.Add(-shardsIndexSlack).UnixMilli(), 10))
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("%w: announce shard %q: %w", ErrUnavailable, rec.ID, err)
-	}
-	return nil
-}
-
-// List implements ShardDirectory. The freshest MaxShardRecords index
-// entries are read; an entry whose key has expired is skipped silently, a
-// corrupt record is skipped and counted (Corrupt).
-func (d *RedisShardDirectory) List(ctx context.Context) ([]ShardRecord, error) {
-	ids, err := d.rdb.ZRevRangeByScore(ctx, shardsIndex, &redis.ZRangeBy{
-		Max: "+inf", Min: strconv.FormatInt(time.Now().Add(-shardsIndexSlack).UnixMilli(), 10),
-		Count: MaxShardRecords,
-	}).Result()
-	if err != nil {
-		return nil, fmt.Errorf("%w: list shards: %w", ErrUnavailable, err)
-	}
-	out := make([]ShardRecord, 0, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = shardsKeyPrefix + id
-	}
-	vals, err := d.rdb.MGet(ctx, keys...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("%w: read shards: %w", ErrUnavailable, err)
-	}
-	for i, v := range vals {
-		s, ok := v.(string)
-		if !ok {
-			continue // lapsed since the index was read
-		}
-		rec, ok := decodeShardRecord(ids[i], s)
-		if !ok {
-			d.corrupt.Add(1)
-			continue
-		}
-		out = append(out, rec)
-	}
-	sortRecords(out)
-	return out, nil
-}
-
-// decodeShardRecord decodes the record stored for id, bounded: it never
+// DecodeShardRecord decodes the record stored for id, bounded: it never
 // accepts a record larger, longer or other than validate allows.
-func decodeShardRecord(id, s string) (ShardRecord, bool) {
-	if len(s) > maxShardRecordBytes {
+func DecodeShardRecord(id, s string) (ShardRecord, bool) {
+	if len(s) > MaxShardRecordBytes {
 		return ShardRecord{}, false
 	}
 	var rec ShardRecord

@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strconv"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Tallies are expiring counters, several named fields per key, that every
@@ -29,9 +26,6 @@ type Tallies interface {
 	// expired key reads as an empty map.
 	Read(ctx context.Context, now time.Time, keys ...string) ([]map[string]int64, error)
 }
-
-// tallySpace prefixes the Redis keys of Tallies.
-const tallySpace = "egbe:tally:"
 
 // MemoryTallies is the one-node Tallies. Expiry follows the caller's
 // (injected) clock.
@@ -125,88 +119,6 @@ func (t *MemoryTallies) Read(_ context.Context, now time.Time, keys ...string) (
 		} else {
 			out[i] = map[string]int64{}
 		}
-	}
-	return out, nil
-}
-
-// RedisTallies is the many-node Tallies: one hash per key
-// (egbe:tally:<key>), expiring ttl after its last write.
-type RedisTallies struct{ c redis.UniversalClient }
-
-var _ Tallies = (*RedisTallies)(nil)
-
-// NewRedisTallies returns Tallies on c.
-func NewRedisTallies(c redis.UniversalClient) *RedisTallies { return &RedisTallies{c: c} }
-
-// Add implements Tallies: one MULTI (HINCRBY per field, PEXPIRE).
-func (t *RedisTallies) Add(ctx context.Context, key string, deltas map[string]int64, ttl time.Duration, _ time.Time) error {
-	if key == "" || ttl <= 0 {
-		return fmt.Errorf("%w: tally key %q ttl %v", ErrBadArgument, key, ttl)
-	}
-	k := tallySpace + key
-	pipe := t.c.TxPipeline()
-	for f, d := range deltas {
-		pipe.HIncrBy(ctx, k, f, d)
-	}
-	pipe.PExpire(ctx, k, ttl)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("%w: tally: %w", ErrUnavailable, err)
-	}
-	return nil
-}
-
-// luaGap: KEYS[1] the hash; ARGV 1 series, 2 now ms, 3 ttl ms.
-var luaGap = redis.NewScript(`
-local k, s, now = KEYS[1], ARGV[1], tonumber(ARGV[2])
-local last = tonumber(redis.call('HGET', k, s .. '.last'))
-if last and now <= last then
-  redis.call('PEXPIRE', k, ARGV[3])
-  return 0
-end
-if last then
-  local g = now - last
-  redis.call('HINCRBY', k, s .. '.n', 1)
-  redis.call('HINCRBY', k, s .. '.sum', string.format('%d', g))
-  redis.call('HINCRBY', k, s .. '.sq', string.format('%d', g * g))
-end
-redis.call('HSET', k, s .. '.last', string.format('%d', now))
-redis.call('PEXPIRE', k, ARGV[3])
-return 1
-`)
-
-// Gap implements Tallies: one script, so two edges recording the same
-// series never lose a gap.
-func (t *RedisTallies) Gap(ctx context.Context, key, series string, ttl time.Duration, now time.Time) error {
-	if key == "" || series == "" || ttl <= 0 {
-		return fmt.Errorf("%w: tally key %q series %q ttl %v", ErrBadArgument, key, series, ttl)
-	}
-	if err := luaGap.Run(ctx, t.c, []string{tallySpace + key}, series, now.UnixMilli(), ttl.Milliseconds()).Err(); err != nil {
-		return fmt.Errorf("%w: tally gap: %w", ErrUnavailable, err)
-	}
-	return nil
-}
-
-// Read implements Tallies: one pipeline of HGETALL.
-func (t *RedisTallies) Read(ctx context.Context, _ time.Time, keys ...string) ([]map[string]int64, error) {
-	pipe := t.c.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, len(keys))
-	for i, k := range keys {
-		cmds[i] = pipe.HGetAll(ctx, tallySpace+k)
-	}
-	if len(keys) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, fmt.Errorf("%w: tally read: %w", ErrUnavailable, err)
-		}
-	}
-	out := make([]map[string]int64, len(keys))
-	for i, c := range cmds {
-		m := make(map[string]int64, len(c.Val()))
-		for f, v := range c.Val() {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				m[f] = n
-			}
-		}
-		out[i] = m
 	}
 	return out, nil
 }

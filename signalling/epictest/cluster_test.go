@@ -1,21 +1,32 @@
 package epictest
 
 import (
+	"context"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/oshun/egbe-edge/internal/redistest"
 	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/streamer"
+	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/state/redisstate"
 )
 
-// clusteredEdge runs one signalling Server as edge id of the fleet on rdb.
-func clusteredEdge(t *testing.T, rdb redis.UniversalClient, id string) (srv *signalling.Server, st, pl *httptest.Server) {
+// clusteredEdge runs one signalling Server as edge id of the fleet on
+// conn, beating its membership as the edge process does.
+func clusteredEdge(t *testing.T, conn *redisstate.Conn, id string) (srv *signalling.Server, st, pl *httptest.Server) {
 	t.Helper()
-	cl, err := signalling.NewRedisCluster(rdb, id, nil)
+	m, err := redisstate.NewMembers(conn, state.Member{ID: id}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	cl, err := signalling.NewCluster(id, signalling.FleetState{Streamers: redisstate.NewStreamers(conn),
+		Inbox: redisstate.NewInbox(conn, 0, nil), Members: m, Health: conn}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,11 +48,14 @@ func TestEpicFrontendCrossEdge(t *testing.T) {
 	node := tools(t)
 	page := bundle(t)
 	addr, _ := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	conn, err := redisstate.Open("redis://"+addr, redisstate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
 
-	srvA, _, plA := clusteredEdge(t, rdb, "edge-a")
-	srvB, stB, _ := clusteredEdge(t, rdb, "edge-b")
+	srvA, _, plA := clusteredEdge(t, conn, "edge-a")
+	srvB, stB, _ := clusteredEdge(t, conn, "edge-b")
 
 	cfg := streamer.Default()
 	cfg.URL, cfg.ID = wsURL(stB, ""), "StreamerOnB"

@@ -1,4 +1,4 @@
-package state
+package redisstate
 
 import (
 	"context"
@@ -10,31 +10,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oshun/egbe-edge/state"
 )
 
-// Redis key layout. Every waiting-room key carries the hash tag {egbeq}
-// (one Cluster slot, so each Lua script touches one slot) and, after the
-// meta hash, the epoch:
-//
-//	{egbeq}:meta                       hash  epoch, seq, armed, armed:<region>, frozen, halved, waitlist
-//	{egbeq}:<epoch>:b:global           hash  tok, ts      global admission bucket
-//	{egbeq}:<epoch>:b:r:<region>       hash  tok, ts      regional bucket
-//	{egbeq}:<epoch>:b:x:<name>         hash  tok, ts      plain bucket (signups)
-//	{egbeq}:<epoch>:q:<region>:<lane>  zset  seq -> ticket id (FIFO; seq is the global tiebreak)
-//	{egbeq}:<epoch>:adm:<region>       zset  join deadline -> admitted, unused ticket id
-//	{egbeq}:<epoch>:dr:<region>        zset  admit time -> ticket id (trailing minute: drain rate)
-//	{egbeq}:<epoch>:t:<ticket>         hash  region, lane, seq, st, seen, dl (expires with the ticket)
-//
-// Key TTLs are relative to the caller's (injected) clock, never Redis's.
-// Leases are {egbel}:<key> sorted sets (holder -> deadline ms); budgets are
-// egbe:budget:<key> integers with a TTL. Scripts name only the meta key in
-// KEYS; the others are derived from it inside the script and share its hash
-// tag, which keeps Cluster routing correct (no script flags are set).
-const (
-	queueTag    = "{egbeq}:"
-	leaseTag    = "{egbel}:"
-	budgetSpace = "egbe:budget:"
-)
+// The waiting room, leases and budgets on Redis. Keys: keys.go. Key TTLs
+// are relative to the caller's (injected) clock, never Redis's. Queue
+// scripts name only the meta key in KEYS; the others are derived from it
+// inside the script and share its hash tag, which keeps Cluster routing
+// correct (no script flags are set).
 
 // luaPrelude checks the epoch: a missing meta hash is loss; a different
 // epoch of a higher generation is an operator re-arm elsewhere (adopted);
@@ -64,7 +48,7 @@ end
 // luaDrain: ARGV 3 now, 4 region, 5 ticket, 6 lane, 7 gPerMin, 8 gBurst,
 // 9 rPerMin, 10 rBurst, 11 pxAllowed, 12 frozen, 13 joinMs, 14 keepMs,
 // 15 ttlMs, 16 maxAdmits, 17 mode (join|poll).
-var luaDrain = redis.NewScript(luaPrelude + `
+var luaDrain = newScript(luaPrelude + `
 local now = tonumber(ARGV[3]); local region = ARGV[4]; local id = ARGV[5]; local lane = ARGV[6]
 local gper, gburst = tonumber(ARGV[7]), tonumber(ARGV[8])
 local rper, rburst = tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -152,7 +136,7 @@ return {'OK', ep, status, seq, ahead, redis.call('ZCARD', qw) + redis.call('ZCAR
 `)
 
 // luaUse: ARGV 3 now, 4 region, 5 ticket.
-var luaUse = redis.NewScript(luaPrelude + `
+var luaUse = newScript(luaPrelude + `
 local tk = P .. 't:' .. ARGV[5]
 local v = redis.call('HMGET', tk, 'st', 'dl', 'region')
 if v[3] ~= ARGV[4] then return {'OK', ep, 0} end
@@ -167,7 +151,7 @@ return {'OK', ep, 0}
 
 // luaLeave: ARGV 3 now, 4 region, 5 ticket, 6 gPerMin, 7 gBurst, 8 rPerMin,
 // 9 rBurst, 10 ttlMs.
-var luaLeave = redis.NewScript(luaPrelude + `
+var luaLeave = newScript(luaPrelude + `
 local now, region, id = tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local gper, gburst, rper, rburst, ttlms = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 if redis.call('HGET', meta, 'halved') == '1' then gper = gper / 2 end
@@ -190,7 +174,7 @@ return {'OK', ep, r}
 `)
 
 // luaTake: ARGV 3 now, 4 bucket, 5 perMin, 6 burst, 7 ttlMs.
-var luaTake = redis.NewScript(luaPrelude + `
+var luaTake = newScript(luaPrelude + `
 local now = tonumber(ARGV[3])
 local k = P .. 'b:x:' .. ARGV[4]
 local tok, ts = refill(k, tonumber(ARGV[5]) / 60000, tonumber(ARGV[6]), now)
@@ -201,7 +185,7 @@ return {'OK', ep, ok}
 `)
 
 // luaMeta: ARGV 3 op ("" = read), 4 region.
-var luaMeta = redis.NewScript(luaPrelude + `
+var luaMeta = newScript(luaPrelude + `
 local op, region = ARGV[3], ARGV[4]
 local f = 'armed'
 if region ~= '' then f = 'armed:' .. region end
@@ -221,7 +205,7 @@ return {'OK', ep, redis.call('HGETALL', meta)}
 // Starts generation max(known, stored)+1, globally armed; with the
 // bootstrap flag it only creates a disarmed generation-1 room when none
 // exists.
-var luaRearm = redis.NewScript(`
+var luaRearm = newScript(`
 local meta = KEYS[1]
 local function gen(e) return tonumber(string.match(e or '', '^(%d+)%-')) or 0 end
 local cur = redis.call('HGET', meta, 'epoch')
@@ -238,25 +222,25 @@ redis.call('HSET', meta, 'epoch', e, 'seq', 0, 'armed', '1')
 return e
 `)
 
-// RedisQueue is the many-node Queue.
-type RedisQueue struct {
-	c redis.UniversalClient // immutable after New
+// Queue is the many-node Queue.
+type Queue struct {
+	r *Conn // immutable after New
 
 	mu    sync.Mutex
 	known string // epoch this node has seen; guarded by mu
 }
 
-var _ Queue = (*RedisQueue)(nil)
+var _ state.Queue = (*Queue)(nil)
 
-// NewRedisQueue returns a Queue on c. With bootstrap set it creates a
+// NewQueue returns a Queue on c. With bootstrap set it creates a
 // disarmed generation-1 room if Redis holds none (first deployment, dev);
 // without it, an empty Redis is state loss until an operator re-arms.
-func NewRedisQueue(ctx context.Context, c redis.UniversalClient, bootstrap bool) (*RedisQueue, error) {
-	q := &RedisQueue{c: c}
+func NewQueue(ctx context.Context, r *Conn, bootstrap bool) (*Queue, error) {
+	q := &Queue{r: r}
 	if bootstrap {
-		e, err := luaRearm.Run(ctx, c, []string{queueTag + "meta"}, "", randSuffix(), "1").Text()
+		e, err := r.run(ctx, luaRearm, []string{queueTag + "meta"}, "", randSuffix(), "1").Text()
 		if err != nil {
-			return nil, fmt.Errorf("%w: bootstrap: %w", ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: bootstrap: %w", state.ErrUnavailable, err)
 		}
 		q.known = e
 	}
@@ -264,35 +248,35 @@ func NewRedisQueue(ctx context.Context, c redis.UniversalClient, bootstrap bool)
 }
 
 func randSuffix() string {
-	e := newEpoch(0)
+	e := state.NewEpoch(0)
 	_, r, _ := strings.Cut(e, "-")
 	return r
 }
 
-func (q *RedisQueue) knownEpoch() string {
+func (q *Queue) knownEpoch() string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.known
 }
 
 // run executes a prelude script and returns the values after {'OK', epoch}.
-func (q *RedisQueue) run(ctx context.Context, s *redis.Script, args ...any) ([]any, error) {
+func (q *Queue) run(ctx context.Context, s *script, args ...any) ([]any, error) {
 	known := q.knownEpoch()
 	argv := append([]any{known, queueTag}, args...)
-	res, err := s.Run(ctx, q.c, []string{queueTag + "meta"}, argv...).Slice()
+	res, err := q.r.run(ctx, s, []string{queueTag + "meta"}, argv...).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", state.ErrUnavailable, err)
 	}
 	if len(res) < 2 {
-		return nil, fmt.Errorf("%w: short script reply", ErrUnavailable)
+		return nil, fmt.Errorf("%w: short script reply", state.ErrUnavailable)
 	}
 	if s, _ := res[0].(string); s == "LOST" {
-		return nil, ErrStateLost
+		return nil, state.ErrStateLost
 	}
 	ep, _ := res[1].(string)
 	if ep != known {
 		q.mu.Lock()
-		if epochGen(ep) > epochGen(q.known) || q.known == "" {
+		if state.EpochGen(ep) > state.EpochGen(q.known) || q.known == "" {
 			q.known = ep
 		}
 		q.mu.Unlock()
@@ -300,8 +284,8 @@ func (q *RedisQueue) run(ctx context.Context, s *redis.Script, args ...any) ([]a
 	return res[2:], nil
 }
 
-func parseMeta(epoch string, flat []any) Meta {
-	m := Meta{Epoch: epoch, ArmedRegions: map[string]bool{}}
+func parseMeta(epoch string, flat []any) state.Meta {
+	m := state.Meta{Epoch: epoch, ArmedRegions: map[string]bool{}}
 	for i := 0; i+1 < len(flat); i += 2 {
 		k, _ := flat[i].(string)
 		switch {
@@ -320,34 +304,34 @@ func parseMeta(epoch string, flat []any) Meta {
 	return m
 }
 
-func (q *RedisQueue) meta(ctx context.Context, op Op, region string) (Meta, error) {
+func (q *Queue) meta(ctx context.Context, op state.Op, region string) (state.Meta, error) {
 	res, err := q.run(ctx, luaMeta, string(op), region)
 	if err != nil {
-		return Meta{}, err
+		return state.Meta{}, err
 	}
 	flat, _ := res[0].([]any)
 	return parseMeta(q.knownEpoch(), flat), nil
 }
 
 // Meta implements Queue.
-func (q *RedisQueue) Meta(ctx context.Context) (Meta, error) { return q.meta(ctx, "", "") }
+func (q *Queue) Meta(ctx context.Context) (state.Meta, error) { return q.meta(ctx, "", "") }
 
 // Control implements Queue.
-func (q *RedisQueue) Control(ctx context.Context, c Control) (Meta, error) {
+func (q *Queue) Control(ctx context.Context, c state.Control) (state.Meta, error) {
 	switch c.Op {
-	case OpRearm:
-		e, err := luaRearm.Run(ctx, q.c, []string{queueTag + "meta"}, q.knownEpoch(), randSuffix(), "0").Text()
+	case state.OpRearm:
+		e, err := q.r.run(ctx, luaRearm, []string{queueTag + "meta"}, q.knownEpoch(), randSuffix(), "0").Text()
 		if err != nil {
-			return Meta{}, fmt.Errorf("%w: rearm: %w", ErrUnavailable, err)
+			return state.Meta{}, fmt.Errorf("%w: rearm: %w", state.ErrUnavailable, err)
 		}
 		q.mu.Lock()
 		q.known = e
 		q.mu.Unlock()
 		return q.Meta(ctx)
-	case OpArm, OpDisarm, OpFreeze, OpUnfreeze, OpHalve, OpRestore, OpWaitlist, OpUnwaitlist:
+	case state.OpArm, state.OpDisarm, state.OpFreeze, state.OpUnfreeze, state.OpHalve, state.OpRestore, state.OpWaitlist, state.OpUnwaitlist:
 		return q.meta(ctx, c.Op, c.Region)
 	}
-	return Meta{}, fmt.Errorf("%w: unknown op %q", ErrBadArgument, c.Op)
+	return state.Meta{}, fmt.Errorf("%w: unknown op %q", state.ErrBadArgument, c.Op)
 }
 
 func b2s(b bool) string {
@@ -368,22 +352,22 @@ func toInt(v any) int64 {
 	return 0
 }
 
-func (q *RedisQueue) drain(ctx context.Context, mode string, t Ticket, r Rates, now time.Time) (Position, error) {
+func (q *Queue) drain(ctx context.Context, mode string, t state.Ticket, r state.Rates, now time.Time) (state.Position, error) {
 	if t.ID == "" || t.Region == "" || (mode == "join" && !t.Lane.Valid()) {
-		return Position{}, fmt.Errorf("%w: ticket %+v", ErrBadArgument, t)
+		return state.Position{}, fmt.Errorf("%w: ticket %+v", state.ErrBadArgument, t)
 	}
 	res, err := q.run(ctx, luaDrain, now.UnixMilli(), t.Region, t.ID, string(t.Lane),
 		r.GlobalPerMin, r.GlobalBurst, r.RegionPerMin, r.RegionBurst,
 		b2s(r.PxstreamAllowed), b2s(r.Frozen), r.JoinWindow.Milliseconds(), r.KeepPlace.Milliseconds(),
 		max(r.TicketTTL.Milliseconds(), 1), max(r.MaxAdmits, 1), mode)
 	if err != nil {
-		return Position{}, err
+		return state.Position{}, err
 	}
 	if len(res) < 6 {
-		return Position{}, fmt.Errorf("%w: short drain reply", ErrUnavailable)
+		return state.Position{}, fmt.Errorf("%w: short drain reply", state.ErrUnavailable)
 	}
 	st, _ := res[0].(string)
-	p := Position{Status: Status(st), Seq: toInt(res[1]), Ahead: toInt(res[2]), Depth: toInt(res[3]),
+	p := state.Position{Status: state.Status(st), Seq: toInt(res[1]), Ahead: toInt(res[2]), Depth: toInt(res[3]),
 		DrainPerMin: toInt(res[4]), Epoch: q.knownEpoch()}
 	if dl := toInt(res[5]); dl > 0 {
 		p.JoinBy = time.UnixMilli(dl)
@@ -392,17 +376,17 @@ func (q *RedisQueue) drain(ctx context.Context, mode string, t Ticket, r Rates, 
 }
 
 // Join implements Queue.
-func (q *RedisQueue) Join(ctx context.Context, t Ticket, r Rates, now time.Time) (Position, error) {
+func (q *Queue) Join(ctx context.Context, t state.Ticket, r state.Rates, now time.Time) (state.Position, error) {
 	return q.drain(ctx, "join", t, r, now)
 }
 
 // Poll implements Queue.
-func (q *RedisQueue) Poll(ctx context.Context, t Ticket, r Rates, now time.Time) (Position, error) {
+func (q *Queue) Poll(ctx context.Context, t state.Ticket, r state.Rates, now time.Time) (state.Position, error) {
 	return q.drain(ctx, "poll", t, r, now)
 }
 
 // Use implements Queue.
-func (q *RedisQueue) Use(ctx context.Context, t Ticket, now time.Time) (bool, error) {
+func (q *Queue) Use(ctx context.Context, t state.Ticket, now time.Time) (bool, error) {
 	res, err := q.run(ctx, luaUse, now.UnixMilli(), t.Region, t.ID)
 	if err != nil {
 		return false, err
@@ -411,7 +395,7 @@ func (q *RedisQueue) Use(ctx context.Context, t Ticket, now time.Time) (bool, er
 }
 
 // Leave implements Queue.
-func (q *RedisQueue) Leave(ctx context.Context, t Ticket, r Rates, now time.Time) (bool, error) {
+func (q *Queue) Leave(ctx context.Context, t state.Ticket, r state.Rates, now time.Time) (bool, error) {
 	res, err := q.run(ctx, luaLeave, now.UnixMilli(), t.Region, t.ID,
 		r.GlobalPerMin, r.GlobalBurst, r.RegionPerMin, r.RegionBurst, max(r.TicketTTL.Milliseconds(), 1))
 	if err != nil {
@@ -421,7 +405,7 @@ func (q *RedisQueue) Leave(ctx context.Context, t Ticket, r Rates, now time.Time
 }
 
 // Take implements Queue.
-func (q *RedisQueue) Take(ctx context.Context, bucket string, perMin, burst float64, now time.Time) (bool, error) {
+func (q *Queue) Take(ctx context.Context, bucket string, perMin, burst float64, now time.Time) (bool, error) {
 	res, err := q.run(ctx, luaTake, now.UnixMilli(), bucket, perMin, burst, int64(24*time.Hour/time.Millisecond))
 	if err != nil {
 		return false, err
@@ -430,7 +414,7 @@ func (q *RedisQueue) Take(ctx context.Context, bucket string, perMin, burst floa
 }
 
 // luaAcquire: KEYS lease keys; ARGV 1 holder, 2 now, 3 deadline, 4.. limits.
-var luaAcquire = redis.NewScript(`
+var luaAcquire = newScript(`
 for i, k in ipairs(KEYS) do
   redis.call('ZREMRANGEBYSCORE', k, '-inf', ARGV[2])
   local n = redis.call('ZCARD', k)
@@ -446,7 +430,7 @@ return -1
 `)
 
 // luaRefresh: KEYS lease keys; ARGV 1 holder, 2 deadline, 3 now.
-var luaRefresh = redis.NewScript(`
+var luaRefresh = newScript(`
 for _, k in ipairs(KEYS) do
   if redis.call('ZADD', k, 'XX', 'CH', ARGV[2], ARGV[1]) == 1 then
     local last = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')
@@ -456,14 +440,14 @@ end
 return 0
 `)
 
-// RedisLeases is the many-node Leases. All lease keys share the {egbel}
+// Leases is the many-node Leases. All lease keys share the {egbel}
 // hash tag so a multi-key acquire is one slot.
-type RedisLeases struct{ c redis.UniversalClient }
+type Leases struct{ r *Conn }
 
-var _ Leases = (*RedisLeases)(nil)
+var _ state.Leases = (*Leases)(nil)
 
-// NewRedisLeases returns Leases on c.
-func NewRedisLeases(c redis.UniversalClient) *RedisLeases { return &RedisLeases{c: c} }
+// NewLeases returns Leases on r.
+func NewLeases(r *Conn) *Leases { return &Leases{r: r} }
 
 func leaseKeys(keys []string) []string {
 	out := make([]string, len(keys))
@@ -474,8 +458,8 @@ func leaseKeys(keys []string) []string {
 }
 
 // Acquire implements Leases.
-func (l *RedisLeases) Acquire(ctx context.Context, holder string, limits []LeaseLimit, ttl time.Duration, now time.Time) (int, error) {
-	if err := checkLimits(holder, limits); err != nil {
+func (l *Leases) Acquire(ctx context.Context, holder string, limits []state.LeaseLimit, ttl time.Duration, now time.Time) (int, error) {
+	if err := state.CheckLeaseLimits(holder, limits); err != nil {
 		return 0, err
 	}
 	if len(limits) == 0 {
@@ -487,69 +471,69 @@ func (l *RedisLeases) Acquire(ctx context.Context, holder string, limits []Lease
 		keys[i] = leaseTag + lim.Key
 		args = append(args, lim.Limit)
 	}
-	n, err := luaAcquire.Run(ctx, l.c, keys, args...).Int()
+	n, err := l.r.run(ctx, luaAcquire, keys, args...).Int()
 	if err != nil {
-		return 0, fmt.Errorf("%w: acquire: %w", ErrUnavailable, err)
+		return 0, fmt.Errorf("%w: acquire: %w", state.ErrUnavailable, err)
 	}
 	return n, nil
 }
 
 // Refresh implements Leases.
-func (l *RedisLeases) Refresh(ctx context.Context, holder string, keys []string, ttl time.Duration, now time.Time) error {
+func (l *Leases) Refresh(ctx context.Context, holder string, keys []string, ttl time.Duration, now time.Time) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	if err := luaRefresh.Run(ctx, l.c, leaseKeys(keys), holder, now.UnixMilli()+ttl.Milliseconds(), now.UnixMilli()).Err(); err != nil {
-		return fmt.Errorf("%w: refresh: %w", ErrUnavailable, err)
+	if err := l.r.run(ctx, luaRefresh, leaseKeys(keys), holder, now.UnixMilli()+ttl.Milliseconds(), now.UnixMilli()).Err(); err != nil {
+		return fmt.Errorf("%w: refresh: %w", state.ErrUnavailable, err)
 	}
 	return nil
 }
 
 // Release implements Leases.
-func (l *RedisLeases) Release(ctx context.Context, holder string, keys []string) error {
+func (l *Leases) Release(ctx context.Context, holder string, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	pipe := l.c.Pipeline()
+	pipe := l.r.c.Pipeline()
 	for _, k := range leaseKeys(keys) {
 		pipe.ZRem(ctx, k, holder)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("%w: release: %w", ErrUnavailable, err)
+		return fmt.Errorf("%w: release: %w", state.ErrUnavailable, err)
 	}
 	return nil
 }
 
-// RedisBudgets is the many-node Budgets.
-type RedisBudgets struct{ c redis.UniversalClient }
+// Budgets is the many-node Budgets.
+type Budgets struct{ r *Conn }
 
-var _ Budgets = (*RedisBudgets)(nil)
+var _ state.Budgets = (*Budgets)(nil)
 
-// NewRedisBudgets returns Budgets on c.
-func NewRedisBudgets(c redis.UniversalClient) *RedisBudgets { return &RedisBudgets{c: c} }
+// NewBudgets returns Budgets on r.
+func NewBudgets(r *Conn) *Budgets { return &Budgets{r: r} }
 
 // Used implements Budgets.
-func (b *RedisBudgets) Used(ctx context.Context, key string, _ time.Time) (int64, error) {
-	n, err := b.c.Get(ctx, budgetSpace+key).Int64()
+func (b *Budgets) Used(ctx context.Context, key string, _ time.Time) (int64, error) {
+	n, err := b.r.c.Get(ctx, budgetSpace+key).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%w: budget: %w", ErrUnavailable, err)
+		return 0, fmt.Errorf("%w: budget: %w", state.ErrUnavailable, err)
 	}
 	return n, nil
 }
 
 // Add implements Budgets.
-func (b *RedisBudgets) Add(ctx context.Context, key string, delta int64, ttl time.Duration, _ time.Time) (int64, error) {
+func (b *Budgets) Add(ctx context.Context, key string, delta int64, ttl time.Duration, _ time.Time) (int64, error) {
 	if key == "" {
-		return 0, fmt.Errorf("%w: empty budget key", ErrBadArgument)
+		return 0, fmt.Errorf("%w: empty budget key", state.ErrBadArgument)
 	}
-	pipe := b.c.TxPipeline()
+	pipe := b.r.c.TxPipeline()
 	incr := pipe.IncrBy(ctx, budgetSpace+key, delta)
 	pipe.PExpire(ctx, budgetSpace+key, ttl)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, fmt.Errorf("%w: budget: %w", ErrUnavailable, err)
+		return 0, fmt.Errorf("%w: budget: %w", state.ErrUnavailable, err)
 	}
 	return incr.Val(), nil
 }

@@ -1,4 +1,4 @@
-package state
+package redisstate
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/state"
+	"github.com/oshun/egbe-edge/state/statetest"
 )
 
 // BenchmarkQueue measures waiting-room operations (a join, then a poll of
@@ -23,20 +25,19 @@ func BenchmarkQueue(b *testing.B) {
 	for _, name := range []string{"memory", "redis"} {
 		for _, par := range []int{1, 8} {
 			b.Run(fmt.Sprintf("%s/parallel=%d", name, par), func(b *testing.B) {
-				var q Queue
+				var q state.Queue
 				if name == "memory" {
-					q = NewMemoryQueue()
+					q = state.NewMemoryQueue()
 				} else {
-					c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
-					b.Cleanup(func() { _ = c.Close() })
-					c.FlushAll(ctx)
-					rq, err := NewRedisQueue(ctx, c, true)
+					c := testRedis(b, &redis.Options{Addr: srv.Addr, PoolSize: 64})
+					c.Client().FlushAll(ctx)
+					rq, err := NewQueue(ctx, c, true)
 					if err != nil {
 						b.Fatal(err)
 					}
 					q = rq
 				}
-				r := rates(600, 1200, 186, 372)
+				r := statetest.RoomRates(600, 1200, 186, 372)
 				regions := []string{"us-east-1", "us-west-2", "eu-west-1", "ap-south-1"}
 				var seq atomic.Int64
 				var mu sync.Mutex
@@ -48,8 +49,8 @@ func BenchmarkQueue(b *testing.B) {
 					local := make([]time.Duration, 0, 1024)
 					for pb.Next() {
 						n := seq.Add(1)
-						t := Ticket{ID: fmt.Sprintf("b%d", n), Region: regions[n%4], Lane: LaneWeb}
-						now := t0.Add(time.Duration(n) * time.Millisecond)
+						t := state.Ticket{ID: fmt.Sprintf("b%d", n), Region: regions[n%4], Lane: state.LaneWeb}
+						now := statetest.T0.Add(time.Duration(n) * time.Millisecond)
 						s := time.Now()
 						if _, err := q.Join(ctx, t, r, now); err != nil {
 							b.Error(err)

@@ -1,9 +1,9 @@
-package state
+package redisstate
 
-// Opening the shared Redis from one URL (--redis-url): a single server, a
-// Redis Cluster or a Sentinel-managed master. Every Redis implementation in
-// this package (and the signalling fleet) takes a redis.UniversalClient and
-// keeps each multi-key script within one hash tag, so all three work.
+// Parsing the shared Redis's URL (--redis-url): a single server, a Redis
+// Cluster or a Sentinel-managed master. Every Redis store in this package
+// keeps each multi-key script within one hash tag (keys.go), so all three
+// work.
 
 import (
 	"crypto/tls"
@@ -17,30 +17,30 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrBadRedisURL: the Redis URL is malformed or names a scheme OpenRedis
+// ErrBadURL: the Redis URL is malformed or names a scheme Open
 // does not accept. Its message carries the URL with every password
 // replaced by "xxxxx", never the password itself.
-var ErrBadRedisURL = errors.New("state: bad redis url")
+var ErrBadURL = errors.New("state: bad redis url")
 
-// RedisTopology is how a Redis URL reaches its data.
-type RedisTopology string
+// Topology is how a Redis URL reaches its data.
+type Topology string
 
-// The topologies ParseRedisURL tells apart.
+// The topologies ParseURL tells apart.
 const (
 	// TopologySingle: redis://, rediss:// or unix://, one server.
-	TopologySingle RedisTopology = "single"
+	TopologySingle Topology = "single"
 	// TopologyCluster: redis+cluster:// or rediss+cluster://, seed nodes of
 	// a Redis Cluster.
-	TopologyCluster RedisTopology = "cluster"
+	TopologyCluster Topology = "cluster"
 	// TopologySentinel: redis+sentinel:// or rediss+sentinel://, Sentinels
 	// watching a named master.
-	TopologySentinel RedisTopology = "sentinel"
+	TopologySentinel Topology = "sentinel"
 )
 
-// RedisURL is a parsed Redis URL: exactly the option set of its Topology is
+// URL is a parsed Redis URL: exactly the option set of its Topology is
 // non-nil.
-type RedisURL struct {
-	Topology RedisTopology
+type URL struct {
+	Topology Topology
 	Single   *redis.Options         // TopologySingle
 	Cluster  *redis.ClusterOptions  // TopologyCluster
 	Failover *redis.FailoverOptions // TopologySentinel
@@ -54,8 +54,7 @@ const (
 	redactedSecret      = "xxxxx"
 )
 
-// OpenRedis returns a client for rawURL; it does not dial (the first
-// command does). Accepted forms:
+// ParseURL parses rawURL without building a client. Accepted forms:
 //
 //	redis://[user:pass@]host[:6379][/DB][?opt=...]       one server (rediss:// for TLS)
 //	unix://[user:pass@]/path/redis.sock[?db=DB]          one server on a socket
@@ -74,31 +73,15 @@ const (
 // one name. Other query options are go-redis's (dial_timeout, pool_size,
 // max_retries, ...); an unknown one is an error.
 //
-// Errors wrap ErrBadRedisURL and never contain a password.
-func OpenRedis(rawURL string) (redis.UniversalClient, error) {
-	u, err := ParseRedisURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	switch u.Topology {
-	case TopologyCluster:
-		return redis.NewClusterClient(u.Cluster), nil
-	case TopologySentinel:
-		return redis.NewFailoverClient(u.Failover), nil
-	default:
-		return redis.NewClient(u.Single), nil
-	}
-}
-
-// ParseRedisURL parses rawURL as OpenRedis does, without building a client.
-func ParseRedisURL(rawURL string) (RedisURL, error) {
+// Errors wrap ErrBadURL and never contain a password.
+func ParseURL(rawURL string) (URL, error) {
 	p := splitRedisURL(rawURL)
-	out := RedisURL{Redacted: p.redacted()}
-	fail := func(format string, args ...any) (RedisURL, error) {
+	out := URL{Redacted: p.redacted()}
+	fail := func(format string, args ...any) (URL, error) {
 		msg := p.scrub(fmt.Sprintf(format, args...))
-		return RedisURL{}, fmt.Errorf("%w: %s: %s", ErrBadRedisURL, out.Redacted, msg)
+		return URL{}, fmt.Errorf("%w: %s: %s", ErrBadURL, out.Redacted, msg)
 	}
-	failErr := func(what string, err error) (RedisURL, error) {
+	failErr := func(what string, err error) (URL, error) {
 		// A url.Error repeats the whole input, password included: keep only
 		// its reason.
 		var ue *url.Error
@@ -156,8 +139,8 @@ func ParseRedisURL(rawURL string) (RedisURL, error) {
 // sentinel builds FailoverOptions through go-redis's ParseFailoverURL, whose
 // form differs from ours (its userinfo is the Sentinels', its path only a
 // database): the URL is rewritten into that form first.
-func (p redisURLParts) sentinel(out RedisURL, fail func(string, ...any) (RedisURL, error),
-	failErr func(string, error) (RedisURL, error)) (RedisURL, error) {
+func (p redisURLParts) sentinel(out URL, fail func(string, ...any) (URL, error),
+	failErr func(string, error) (URL, error)) (URL, error) {
 	u, hosts, err := p.parse(defaultSentinelPort)
 	if err != nil {
 		return failErr("sentinel", err)

@@ -1,4 +1,4 @@
-package state
+package redisstate
 
 import (
 	"errors"
@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-func TestParseRedisURL(t *testing.T) {
+func TestParseURL(t *testing.T) {
 	type want struct {
-		topo     RedisTopology
+		topo     Topology
 		addrs    []string // server, seeds or sentinels
 		user, pw string   // data-server credentials
 		sUser    string   // sentinel credentials
@@ -54,7 +54,7 @@ func TestParseRedisURL(t *testing.T) {
 				tls: true, redacted: "rediss+sentinel://:xxxxx@s1,s2/mm?sentinel_username=sen&sentinel_password=xxxxx&skip_verify=true"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			u, err := ParseRedisURL(tc.url)
+			u, err := ParseURL(tc.url)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +114,7 @@ func TestParseRedisURL(t *testing.T) {
 	}
 }
 
-// TestParseRedisURLRefusals: every refusal wraps ErrBadRedisURL, says why,
+// TestParseRedisURLRefusals: every refusal wraps ErrBadURL, says why,
 // and never prints the password, whichever part of the URL is wrong.
 func TestParseRedisURLRefusals(t *testing.T) {
 	const pw = "hunter2-Sekr1t"
@@ -145,9 +145,9 @@ func TestParseRedisURLRefusals(t *testing.T) {
 		{"unescaped hash in password", "redis+cluster://app:Sekr1t#" + pw + "@a:7000", "percent-encode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseRedisURL(tc.url)
-			if !errors.Is(err, ErrBadRedisURL) {
-				t.Fatalf("err %v, want ErrBadRedisURL", err)
+			_, err := ParseURL(tc.url)
+			if !errors.Is(err, ErrBadURL) {
+				t.Fatalf("err %v, want ErrBadURL", err)
 			}
 			if strings.Contains(err.Error(), "Sekr1t") {
 				t.Fatalf("error prints the password: %v", err)
@@ -155,8 +155,8 @@ func TestParseRedisURLRefusals(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.why) {
 				t.Fatalf("error %q does not say %q", err, tc.why)
 			}
-			if c, err := OpenRedis(tc.url); c != nil || !errors.Is(err, ErrBadRedisURL) {
-				t.Fatalf("OpenRedis: %v %v", c, err)
+			if c, err := Open(tc.url, Options{}); c != nil || !errors.Is(err, ErrBadURL) {
+				t.Fatalf("Open: %v %v", c, err)
 			}
 		})
 	}
