@@ -74,10 +74,14 @@ func (e *Edge) buildVoice(bridge *voiceBridge) error {
 	if e.rdb != nil {
 		rooms = state.NewRedisVoiceRooms(e.rdb, e.edgeID, e.publicURL(), state.DefaultVoiceRoomTimes)
 	}
-	s, err := sfu.New(cfg, sfu.Deps{
+	deps := sfu.Deps{
 		Port: e.ice, Signer: e.signer, Sessions: voiceSessions{e.rt.gw}, Notifier: e.rt.gw,
 		Logger: e.base, Registerer: e.reg, Rooms: rooms,
-	})
+	}
+	if e.minting() || len(e.cfg.ICEServers) > 0 {
+		deps.ICEServers = e.sessionICEServers
+	}
+	s, err := sfu.New(cfg, deps)
 	if err != nil {
 		return err
 	}

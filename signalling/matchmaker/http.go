@@ -87,7 +87,9 @@ func (m *Matchmaker) serveMatch(w http.ResponseWriter, r *http.Request) {
 		if subject == "" {
 			subject = res.SessionID
 		}
-		ice = m.ice(subject, res.ExpiresAt, r.Host)
+		if ice = m.ice(subject, res.ExpiresAt, r.Host); !json.Valid(ice) {
+			ice = nil // never break the answer
+		}
 	}
 	httpjson.Write(w, http.StatusOK, matchResponse{
 		SessionID:          res.SessionID,
