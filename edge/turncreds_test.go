@@ -199,3 +199,52 @@ func TestNegotiateTURNCredentials(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoRelayOnly: two tabs of the demo page, forced to relay
+// (forceturn=1, iceTransportPolicy relay) with nothing but the TURN
+// credentials the edge handed out (negotiate's ice_servers), open the
+// WebRTC transport and join voice in one squad: the session runs, each
+// hears the other, both peer connections of each tab selected a relay
+// candidate, and the embedded TURN made the allocations and relayed the
+// traffic. The voice join answer carries the tab's credentials too.
+func TestDemoRelayOnly(t *testing.T) {
+	te := startEdge(t, func(c *Config) { c.TURNRelayPorts = "" }) // any free port: relays of parallel tests never collide
+	var results map[string]struct {
+		OK              bool                  `json:"ok"`
+		State           string                `json:"state"`
+		Transport       string                `json:"transport"`
+		ForceTurn       bool                  `json:"forceTurn"`
+		InboundPackets  int                   `json:"inboundPackets"`
+		DataCandidate   string                `json:"dataCandidate"`
+		VoiceCandidate  string                `json:"voiceCandidate"`
+		VoiceIceServers []turnrelay.ICEServer `json:"voiceIceServers"`
+		Errors          json.RawMessage       `json:"errors"`
+		Log             []string              `json:"log"`
+		Console         []string              `json:"console"`
+	}
+	runNode(t, "relay.mjs", 120*time.Second, &results, te.httpURL(""))
+	for _, tab := range []string{"a", "b"} {
+		r, ok := results[tab]
+		if !ok || !r.OK || !r.ForceTurn || r.Transport != "webrtc" {
+			t.Fatalf("tab %s: no relayed session and voice: %+v", tab, r)
+		}
+		if r.DataCandidate != "relay" || r.VoiceCandidate != "relay" {
+			t.Errorf("tab %s: selected local candidates data %q voice %q, want relay", tab, r.DataCandidate, r.VoiceCandidate)
+		}
+		if len(r.VoiceIceServers) != 1 {
+			t.Fatalf("tab %s: voice join ice_servers %+v", tab, r.VoiceIceServers)
+		}
+		if _, subject := credentialOf(t, r.VoiceIceServers[0]); !strings.HasPrefix(subject, "demo-") {
+			t.Errorf("tab %s: voice credential for %q, want the tab's demo user", tab, subject)
+		}
+	}
+	// Two tabs, two peer connections each, each allocating over UDP.
+	if got := te.scrape(t, `egbe_turn_allocations_total{transport="udp"}`); got < 4 {
+		t.Errorf("UDP allocations %v, want at least 4", got)
+	}
+	for _, dir := range []string{"client_to_peer", "peer_to_client"} {
+		if got := te.scrape(t, `egbe_turn_relayed_bytes_total{direction="`+dir+`"}`); got <= 0 {
+			t.Errorf("relayed bytes %s: %v", dir, got)
+		}
+	}
+}

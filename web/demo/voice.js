@@ -51,7 +51,7 @@ export async function joinVoice(egbe, log, moved = false) {
   }
   egbe.voice.peerId = body.voice_peer_id;
   // Fresh credentials for the next connection to this edge.
-  if (body.ice_servers && body.ice_servers.iceServers) egbe.iceServers = body.ice_servers.iceServers;
+  if (body.ice_servers && body.ice_servers.iceServers) egbe.iceServers = egbe.voice.iceServers = body.ice_servers.iceServers;
   await pc.setRemoteDescription({ type: 'answer', sdp: body.sdp });
   egbe.voice.state = 'joined';
   document.getElementById('voicestate').textContent = 'joined (' + body.voice_peer_id + ')';
