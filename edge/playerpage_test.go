@@ -201,10 +201,7 @@ func TestPlayerPageTokenMode(t *testing.T) {
 // credential of its own config message. Chromium plays with a relay
 // candidate selected, and the media crossed the embedded TURN server.
 func TestPlayerPageForceTURN(t *testing.T) {
-	te := startEdge(t, func(c *Config) {
-		c.DevStreamers = 1
-		c.TURNRelayPorts = "" // any free port: relays of parallel tests never collide
-	})
+	te := startEdge(t, func(c *Config) { c.DevStreamers = 1 })
 	waitUntil(t, 20*time.Second, "a streamer", func() bool { return len(te.px.srv.Registry().Snapshot()) == 1 })
 	r := playPage(t, te.httpURL("/pxstream/?ForceTURN=true"), 40*time.Second)
 	if !r.OK || r.Mode != "drop-in" || r.IceServersAdded != 0 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/pion/webrtc/v4"
 
 	"github.com/oshun/egbe-edge/internal/coturntest"
 	"github.com/oshun/egbe-edge/turnrelay"
@@ -198,6 +199,38 @@ func TestNegotiateTURNCredentials(t *testing.T) {
 			t.Errorf("authorization %q: %d ice_servers %s, want none", authz, code, out["ice_servers"])
 		}
 	}
+
+	// The WebRTC answer names them too, in WHIP's Link headers.
+	pc, err := webrtc.NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	if _, err := pc.CreateDataChannel("egbe-reliable", nil); err != nil {
+		t.Fatal(err)
+	}
+	offer, err := pc.CreateOffer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(offer); err != nil {
+		t.Fatal(err)
+	}
+	<-gathered
+	req, _ := http.NewRequest(http.MethodPost, te.httpURL("/v6/realtime/webrtc"), strings.NewReader(pc.LocalDescription().SDP))
+	req.Header.Set("Content-Type", "application/sdp")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	links := resp.Header.Values("Link")
+	if resp.StatusCode != http.StatusCreated || len(links) != 2 ||
+		!strings.HasPrefix(links[0], "<"+s.URLs[0]+`>; rel="ice-server"; username="`+s.Username+`"; credential="`) {
+		t.Errorf("WebRTC answer %d, Link %q", resp.StatusCode, links)
+	}
 }
 
 // TestDemoRelayOnly: two tabs of the demo page, forced to relay
@@ -208,7 +241,7 @@ func TestNegotiateTURNCredentials(t *testing.T) {
 // candidate, and the embedded TURN made the allocations and relayed the
 // traffic. The voice join answer carries the tab's credentials too.
 func TestDemoRelayOnly(t *testing.T) {
-	te := startEdge(t, func(c *Config) { c.TURNRelayPorts = "" }) // any free port: relays of parallel tests never collide
+	te := startEdge(t, nil)
 	var results map[string]struct {
 		OK              bool                  `json:"ok"`
 		State           string                `json:"state"`
