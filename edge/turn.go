@@ -78,19 +78,11 @@ func (e *Edge) buildTURN() error {
 	return nil
 }
 
-// iceServers is what one WebRTC connection is handed: the configured
-// static servers, then the embedded TURN server and the --turn-url servers
-// with a credential minted for subject that lasts lifetime (the session's;
-// 0 for turnCredentialTTL). host is the name the client reached the edge
-// at (for the embedded server's URL when there is no --public-ip).
-func (e *Edge) iceServers(subject string, lifetime time.Duration, host string) turnrelay.Options {
-	if lifetime <= 0 {
-		lifetime = turnCredentialTTL
-	}
-	return e.iceServersUntil(subject, e.cfg.clock()().Add(lifetime), host)
-}
-
-// iceServersUntil is iceServers with the credential's expiry given.
+// iceServersUntil is what one WebRTC connection is handed: the
+// configured static servers, then the embedded TURN server and the
+// --turn-url servers with a credential minted for subject that expires at
+// expiry. host is the name the client reached the edge at (for the
+// embedded server's URL when there is no --public-ip).
 func (e *Edge) iceServersUntil(subject string, expiry time.Time, host string) turnrelay.Options {
 	out := turnrelay.Options{ICEServers: []turnrelay.ICEServer{}}
 	for _, s := range e.cfg.ICEServers {
