@@ -30,7 +30,9 @@ func TestCrossOrigin(t *testing.T) {
 	const page = "http://edge-b.example:8080"
 
 	te := startEdge(t, nil)
-	for _, path := range []string{"/v6/voice/session", "/v6/realtime/webrtc"} {
+	// negotiate too: the demo page sends it the access token (for its
+	// ice_servers), which makes it a preflighted request.
+	for _, path := range []string{"/v6/voice/session", "/v6/realtime/webrtc", "/v6/realtime/negotiate"} {
 		resp := do(t, http.MethodOptions, te.httpURL(path), page, true)
 		if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != page ||
 			resp.Header.Get("Access-Control-Allow-Headers") != "Authorization, Content-Type" {
@@ -38,7 +40,7 @@ func TestCrossOrigin(t *testing.T) {
 		}
 	}
 	if resp := do(t, http.MethodGet, te.httpURL("/v6/realtime/negotiate"), page, false); resp.StatusCode != http.StatusOK ||
-		resp.Header.Get("Access-Control-Allow-Origin") != page {
+		resp.Header.Get("Access-Control-Allow-Origin") != page || resp.Header.Get("Access-Control-Expose-Headers") != "Link" {
 		t.Errorf("negotiate: %d %v", resp.StatusCode, resp.Header)
 	}
 	// An unauthenticated voice join still fails as before, with the grant.

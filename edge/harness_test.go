@@ -37,6 +37,10 @@ func testConfig() Config {
 	cfg.SFUWS = "127.0.0.1:0"
 	cfg.Admin = "127.0.0.1:0"
 	cfg.TURN = "127.0.0.1:0"
+	// Relays on any free port: every WebRTC client now gets TURN
+	// credentials and allocates, and tests running in parallel (here and
+	// in other packages' processes) would share the default 41 ports.
+	cfg.TURNRelayPorts = ""
 	cfg.DrainWindow = Duration(200 * time.Millisecond)
 	return cfg
 }

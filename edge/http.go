@@ -122,6 +122,8 @@ func crossOrigin(allowed []string, h http.Handler) http.Handler {
 		}
 		w.Header().Set("Access-Control-Allow-Origin", origin)
 		w.Header().Add("Vary", "Origin")
+		// WHIP's ICE servers ride in Link headers (the WebRTC answer).
+		w.Header().Set("Access-Control-Expose-Headers", "Link")
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			w.Header().Set("Access-Control-Allow-Methods", "GET, POST, DELETE")
 			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type")

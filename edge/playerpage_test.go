@@ -8,9 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,7 +19,6 @@ import (
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/signalling/streamer"
-	"github.com/oshun/egbe-edge/turnrelay"
 	"github.com/oshun/egbe-edge/web"
 )
 
@@ -198,29 +195,17 @@ func TestPlayerPageTokenMode(t *testing.T) {
 
 // TestPlayerPageForceTURN: Epic's ForceTURN flag (iceTransportPolicy
 // relay; Epic's library then also drops every remote candidate that is not
-// a relay) through the embedded TURN server, from the player page. Until
-// the config message carries per-connection credentials, the test hands
-// them out by the two hooks that exist: the dev streamer gets a credential
-// the edge's code minted through the static ice_servers setting (in the
-// config message), the page gets one from the edge's minting func as its
-// iceServers parameter. Chromium plays with a relay candidate selected,
-// and the media crossed the embedded TURN server.
+// a relay) through the embedded TURN server, from the player page, with
+// nothing but the credentials the edge put in the config message: the
+// page adds no ICE server of its own, the dev streamer relays with the
+// credential of its own config message. Chromium plays with a relay
+// candidate selected, and the media crossed the embedded TURN server.
 func TestPlayerPageForceTURN(t *testing.T) {
-	secret := "force-turn-test-secret"
-	port := freeTCPUDPPort(t)
-	te := startEdge(t, func(c *Config) {
-		c.DevStreamers = 1
-		c.TURN = "127.0.0.1:" + strconv.Itoa(port)
-		c.TURNSecret = secret
-		user := turnrelay.Username(time.Now().Add(time.Hour), "dev-streamer")
-		c.ICEServers = []ICEServer{{URLs: []string{"turn:127.0.0.1:" + strconv.Itoa(port) + "?transport=udp"},
-			Username: user, Credential: turnrelay.Credential([]byte(secret), user)}}
-	})
+	te := startEdge(t, func(c *Config) { c.DevStreamers = 1 })
 	waitUntil(t, 20*time.Second, "a streamer", func() bool { return len(te.px.srv.Registry().Snapshot()) == 1 })
-	ice, _ := json.Marshal(te.iceServers("viewer-1", time.Hour, "127.0.0.1"))
-	r := playPage(t, te.httpURL("/pxstream/?ForceTURN=true&iceServers="+url.QueryEscape(string(ice))), 40*time.Second)
-	if !r.OK || r.IceServersAdded == 0 {
-		t.Fatalf("did not play through TURN: %+v", r)
+	r := playPage(t, te.httpURL("/pxstream/?ForceTURN=true"), 40*time.Second)
+	if !r.OK || r.Mode != "drop-in" || r.IceServersAdded != 0 {
+		t.Fatalf("did not play through TURN on the config message's credentials alone: %+v", r)
 	}
 	if r.LocalCandidateType != "relay" {
 		t.Errorf("selected local candidate %q, want relay", r.LocalCandidateType)
@@ -231,26 +216,6 @@ func TestPlayerPageForceTURN(t *testing.T) {
 	if got := te.scrape(t, `egbe_turn_allocations_total{transport="udp"}`); got < 2 {
 		t.Errorf("UDP allocations %v: want the viewer's and the streamer's", got)
 	}
-}
-
-// freeTCPUDPPort finds a loopback port free on both TCP and UDP.
-func freeTCPUDPPort(t *testing.T) int {
-	t.Helper()
-	for try := 0; try < 50; try++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		pc, err := net.ListenPacket("udp", ln.Addr().String())
-		ln.Close()
-		if err == nil {
-			pc.Close()
-			return port
-		}
-	}
-	t.Fatal("no port free on TCP and UDP")
-	return 0
 }
 
 // TestPlayerPageProdAccessToken: in prod (token mode, no dev token) the

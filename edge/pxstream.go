@@ -44,10 +44,16 @@ func (e *Edge) buildPxstream() error {
 	mcfg := matchmaker.Default()
 	mcfg.RequireAccessToken = e.cfg.Mode == ModeProd
 	mcfg.FallbackURL = e.cfg.FallbackURL
-	mm, err := matchmaker.New(mcfg, matchmaker.Deps{
+	mdeps := matchmaker.Deps{
 		Fleet: fleet, Signer: e.signer, Topology: topo, Admitter: e.pxAdmitter,
 		Logger: e.base, Registerer: e.reg, Now: e.cfg.clock(),
-	})
+	}
+	if e.minting() {
+		// The match answer's ice_servers: the same credential the session's
+		// signalling config will carry (same subject, same expiry).
+		mdeps.ICEServers = e.sessionICEServers
+	}
+	mm, err := matchmaker.New(mcfg, mdeps)
 	if err != nil {
 		return err
 	}
@@ -64,6 +70,20 @@ func (e *Edge) buildPxstream() error {
 			return err
 		}
 		scfg.PeerConnectionOptions = opts
+	}
+	if e.minting() {
+		// Every player, streamer and SFU gets its own TURN credential.
+		scfg.PeerConnectionOptionsFor = func(p signalling.Peer) json.RawMessage {
+			subject := p.Subject
+			switch {
+			case subject != "":
+			case p.ID != "":
+				subject = connSubject(p.ID)
+			default:
+				subject = connSubject(p.Role)
+			}
+			return e.sessionICEServers(subject, p.Expires, p.Host)
+		}
 	}
 	hooks := mm.Hooks()
 	if e.adm != nil {

@@ -2,11 +2,13 @@ package edge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/oshun/egbe-edge/codec"
@@ -100,6 +102,12 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 		// Only a self-signed certificate needs pinning by hash.
 		tcfg.Negotiate.CertificateHashes = [][32]byte{e.certHash}
 	}
+	if e.minting() || len(e.cfg.ICEServers) > 0 {
+		// The client configures its RTCPeerConnections (data channels,
+		// voice) from the negotiate answer, before its offers.
+		tcfg.Negotiate.ICEServers = e.realtimeICEServers
+		tcfg.WebRTC.ICEServers = e.realtimeICEServers
+	}
 	neg, err := transport.NewNegotiate(tcfg.Negotiate)
 	if err != nil {
 		return err
@@ -157,6 +165,8 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 	}
 	origins := e.cfg.AllowedOrigins
 	e.mainMux.Handle("GET "+transport.PathNegotiate, crossOrigin(origins, neg))
+	// A cross-origin negotiate with the access token is preflighted.
+	e.mainMux.Handle("OPTIONS "+transport.PathNegotiate, crossOrigin(origins, http.NotFoundHandler()))
 	e.mainMux.Handle(transport.PathWebSocket, rt.ws)
 	e.mainMux.Handle("POST "+transport.PathWebRTC, crossOrigin(origins, rt.rtc))
 	e.mainMux.Handle("OPTIONS "+transport.PathWebRTC, crossOrigin(origins, http.NotFoundHandler()))
@@ -179,4 +189,25 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 	e.readyChecks = append(e.readyChecks, gw.Ready)
 	e.rt = rt
 	return nil
+}
+
+// realtimeICEServers is the ICE servers of a realtime client (negotiate
+// answer, WebRTC answer): TURN credentials for the subject of the bearer
+// access token the request carries, lasting the session (sessionExpiry).
+// A request without a valid token gets none: the TURN server is no relay
+// for anyone who asks.
+func (e *Edge) realtimeICEServers(r *http.Request) json.RawMessage {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return nil
+	}
+	a, err := e.signer.VerifyAccess(strings.TrimSpace(tok))
+	if err != nil {
+		return nil
+	}
+	subject := a.Subject
+	if subject == "" {
+		subject = connSubject("realtime")
+	}
+	return e.sessionICEServers(subject, a.ExpiresAt, r.Host)
 }

@@ -2,6 +2,9 @@ package edge
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"net"
 	"net/netip"
 	"time"
@@ -66,7 +69,8 @@ func (e *Edge) buildTURN() error {
 			}
 		}
 	}
-	iss, err := turnrelay.NewIssuer(turnrelay.IssuerConfig{Secret: secret, Port: port, Host: host, External: e.cfg.TURNURLs, TTL: turnCredentialTTL})
+	iss, err := turnrelay.NewIssuer(turnrelay.IssuerConfig{Secret: secret, Port: port, Host: host, External: e.cfg.TURNURLs,
+		TTL: turnCredentialTTL, Now: e.cfg.clock()})
 	if err != nil {
 		return err
 	}
@@ -74,20 +78,61 @@ func (e *Edge) buildTURN() error {
 	return nil
 }
 
-// iceServers is what one WebRTC connection is handed: the configured
-// static servers, then the embedded TURN server and the --turn-url servers
-// with a credential minted for subject that lasts lifetime (the session's;
-// 0 for turnCredentialTTL). host is the name the client reached the edge
-// at (for the embedded server's URL when there is no --public-ip).
-func (e *Edge) iceServers(subject string, lifetime time.Duration, host string) turnrelay.Options {
+// iceServersUntil is what one WebRTC connection is handed: the
+// configured static servers, then the embedded TURN server and the
+// --turn-url servers with a credential minted for subject that expires at
+// expiry. host is the name the client reached the edge at (for the
+// embedded server's URL when there is no --public-ip).
+func (e *Edge) iceServersUntil(subject string, expiry time.Time, host string) turnrelay.Options {
 	out := turnrelay.Options{ICEServers: []turnrelay.ICEServer{}}
 	for _, s := range e.cfg.ICEServers {
 		out.ICEServers = append(out.ICEServers, turnrelay.ICEServer{URLs: s.URLs, Username: s.Username, Credential: s.Credential})
 	}
-	if e.turn != nil && e.turn.issuer != nil {
-		out.ICEServers = append(out.ICEServers, e.turn.issuer.Mint(subject, lifetime, hostOf(host)).ICEServers...)
+	if e.minting() {
+		out.ICEServers = append(out.ICEServers, e.turn.issuer.MintUntil(subject, expiry, hostOf(host)).ICEServers...)
 	}
 	return out
+}
+
+// minting reports whether the edge mints TURN credentials (the embedded
+// server or --turn-url is configured).
+func (e *Edge) minting() bool { return e.turn != nil && e.turn.issuer != nil }
+
+// sessionExpiry is when a session's TURN credential expires. A token
+// (match session, access, streamer) bounds when its connection may start,
+// not how long it lasts: a Pixel Streaming session token lapses after
+// 120 s, and an allocation ends with its credential, so a credential
+// expiring with the token would cut a relayed stream after two minutes.
+// The session may start until the token's expiry (now, without a token)
+// and then lasts up to turnCredentialTTL. Two connections of one session
+// (the match answer and the signalling config) so get the same
+// credential.
+func (e *Edge) sessionExpiry(tokenExpiry time.Time) time.Time {
+	start := e.cfg.clock()()
+	if tokenExpiry.After(start) {
+		start = tokenExpiry
+	}
+	return start.Add(turnCredentialTTL)
+}
+
+// sessionICEServers is the JSON {"iceServers":[...]} one session's WebRTC
+// connection is handed (sessionExpiry says for how long).
+func (e *Edge) sessionICEServers(subject string, tokenExpiry time.Time, host string) json.RawMessage {
+	b, err := json.Marshal(e.iceServersUntil(subject, e.sessionExpiry(tokenExpiry), host))
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// connSubject names a TURN credential's user when no token names one: a
+// random per-connection id, unique across a fleet sharing a coturn,
+// prefixed by what the edge calls the connection (Player3, streamer) so
+// TURN's logs tie an allocation to it.
+func connSubject(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
 }
 
 // hostOf is the host of "host:port" or a bare host.

@@ -21,6 +21,15 @@ import (
 	"github.com/oshun/egbe-edge/turnrelay"
 )
 
+// iceServers is iceServersUntil with a lifetime from now (0:
+// turnCredentialTTL).
+func (e *Edge) iceServers(subject string, lifetime time.Duration, host string) turnrelay.Options {
+	if lifetime <= 0 {
+		lifetime = turnCredentialTTL
+	}
+	return e.iceServersUntil(subject, e.cfg.clock()().Add(lifetime), host)
+}
+
 // turnAllocate opens a pion/turn client to the server named by a minted
 // TURN URL ("turn:host:port?transport=udp|tcp") and allocates a UDP
 // relay; everything closes when the test ends.

@@ -76,10 +76,14 @@ func (e *Edge) buildVoice(bridge *voiceBridge) error {
 		// Rooms are held by live members of the fleet (sharedstate.go).
 		rooms = redisstate.NewVoiceRooms(e.members, state.DefaultVoiceRoomTimes.RoomTTL)
 	}
-	s, err := sfu.New(cfg, sfu.Deps{
+	deps := sfu.Deps{
 		Port: e.ice, Signer: e.signer, Sessions: voiceSessions{e.rt.gw}, Notifier: e.rt.gw,
 		Logger: e.base, Registerer: e.reg, Rooms: rooms,
-	})
+	}
+	if e.minting() || len(e.cfg.ICEServers) > 0 {
+		deps.ICEServers = e.sessionICEServers
+	}
+	s, err := sfu.New(cfg, deps)
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,9 @@ type JoinResponse struct {
 	VoicePeerID string `json:"voice_peer_id"`
 	SDP         string `json:"sdp"`   // the answer, ICE-lite candidates included
 	Slots       int    `json:"slots"` // audio slots granted (<= K)
+	// ICEServers is {"iceServers":[...]} for this client's next WebRTC
+	// connections to this edge (Deps.ICEServers); absent when none.
+	ICEServers json.RawMessage `json:"ice_servers,omitempty"`
 }
 
 // LeaveRequest is the optional body of DELETE /v6/voice/session.
@@ -132,7 +135,13 @@ func (s *SFU) handleJoin(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	httpjson.Write(w, http.StatusCreated, JoinResponse{VoicePeerID: p.id, SDP: answer, Slots: len(p.slots)})
+	var ice json.RawMessage
+	if f := s.deps.ICEServers; f != nil {
+		if ice = f(acc.Subject, acc.ExpiresAt, r.Host); !json.Valid(ice) {
+			ice = nil // never break the answer
+		}
+	}
+	httpjson.Write(w, http.StatusCreated, JoinResponse{VoicePeerID: p.id, SDP: answer, Slots: len(p.slots), ICEServers: ice})
 }
 
 func (s *SFU) handleLeave(w http.ResponseWriter, r *http.Request) {

@@ -2,6 +2,7 @@ package sfu
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -56,6 +57,10 @@ type Deps struct {
 	// Rooms pins each voice room to one edge of a fleet (rooms.go).
 	// Optional: nil means every room lives here.
 	Rooms state.VoiceRooms
+	// ICEServers, when set, gives the join answer's ice_servers
+	// ({"iceServers":[...]}, TURN credentials) for the access token's
+	// subject and expiry and the Host the request reached. Optional.
+	ICEServers func(subject string, tokenExpiry time.Time, host string) json.RawMessage
 }
 
 // SFU is the voice selective forwarding unit.

@@ -51,6 +51,56 @@ type Config struct {
 	DefaultCodecs []string `json:"default_codecs"`
 	// IdleTick is how often leased sessions' idle machines are ticked.
 	IdleTick time.Duration `json:"idle_tick"`
+	// PeerConnectionOptionsFor, when set, builds each connection's
+	// peerConnectionOptions instead of PeerConnectionOptions (per-connection
+	// TURN credentials). It must return a JSON object; anything else (or
+	// nil) sends PeerConnectionOptions. It runs on the connection's HTTP
+	// goroutine, before the upgrade.
+	PeerConnectionOptionsFor func(Peer) json.RawMessage `json:"-"`
+}
+
+// Peer roles (Peer.Role).
+const (
+	RolePlayer   = "player"
+	RoleStreamer = "streamer"
+	RoleSFU      = "sfu"
+)
+
+// Peer is the connection a config message goes to.
+type Peer struct {
+	// Role is RolePlayer, RoleStreamer or RoleSFU.
+	Role string
+	// Subject is who the connection's token names: the player's user (the
+	// session token's subject), the streamer's or the SFU's id. "" in
+	// drop-in mode or when the token names no one.
+	Subject string
+	// ID is the broker's id for the connection where it has one before the
+	// config is sent (Player<n> for players and SFUs); "" for streamers,
+	// which are named by their first message.
+	ID string
+	// Expires is the token's expiry; zero in drop-in mode.
+	Expires time.Time
+	// Host is the Host the client reached the broker at.
+	Host string
+}
+
+// configFor is the config message for one connection: the static one, or
+// the hook's options when it gives a JSON object.
+func (s *Server) configFor(p Peer) []byte {
+	f := s.cfg.PeerConnectionOptionsFor
+	if f == nil {
+		return s.config
+	}
+	pco := bytes.TrimSpace(f(p))
+	if len(pco) < 2 || pco[0] != '{' || !json.Valid(pco) {
+		s.log.Warn("peer connection options hook gave no JSON object: sending the static options", "role", p.Role)
+		return s.config
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, pco); err != nil {
+		return s.config
+	}
+	return msgConfig(buf.Bytes())
 }
 
 // ProtocolVersion is sent in config.protocolVersion (Epic UE5.5).

@@ -344,7 +344,7 @@ func (s *Server) serveStreamer(w http.ResponseWriter, r *http.Request) {
 	var greeting [][]byte
 	if authErr == nil {
 		// identify first, then config (Epic's order).
-		greeting = [][]byte{msgIdentify, s.config}
+		greeting = [][]byte{msgIdentify, s.configFor(Peer{Role: RoleStreamer, Subject: claims.StreamerID, Expires: claims.ExpiresAt, Host: r.Host})}
 	}
 	c, ok := s.upgrade(w, r, log, greeting...)
 	if !ok {
@@ -410,7 +410,11 @@ func (s *Server) servePlayer(w http.ResponseWriter, r *http.Request) {
 	// listStreamers on open and breaks if streamerList comes first.
 	var greeting [][]byte
 	if authErr == nil {
-		greeting = [][]byte{s.config}
+		pr := Peer{Role: RolePlayer, ID: id, Host: r.Host}
+		if sess != nil {
+			pr.Subject, pr.Expires = sess.Subject, sess.ExpiresAt
+		}
+		greeting = [][]byte{s.configFor(pr)}
 	}
 	c, ok := s.upgrade(w, r, log, greeting...)
 	if !ok {

@@ -54,7 +54,8 @@ func (s *Server) serveSFU(w http.ResponseWriter, r *http.Request) {
 	log := lazyLogger(s.log, "role", "sfu", "player", id, "remote", r.RemoteAddr)
 	var greeting [][]byte
 	if authErr == nil {
-		greeting = [][]byte{msgIdentify, s.config} // as for streamers
+		// as for streamers
+		greeting = [][]byte{msgIdentify, s.configFor(Peer{Role: RoleSFU, Subject: claims.SFUID, ID: id, Expires: claims.ExpiresAt, Host: r.Host})}
 	}
 	c, ok := s.upgradeQueue(w, r, log, s.cfg.SFUSendQueue, greeting...)
 	if !ok {

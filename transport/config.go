@@ -185,6 +185,9 @@ type WebRTCConfig struct {
 	// /48), so one network cannot take every slot.
 	MaxPending           int
 	MaxPendingPerNetwork int
+	// ICEServers, when set, gives the ICE servers announced with each
+	// answer in WHIP Link headers (rel="ice-server").
+	ICEServers ICEServersFunc
 }
 
 // DefaultWebRTCConfig returns the defaults.

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -24,6 +25,10 @@ type NegotiateConfig struct {
 	// for serverCertificateHashes (dev certificates). Empty for a CA-issued
 	// certificate.
 	CertificateHashes [][32]byte
+	// ICEServers, when set, gives the ice_servers of an answer offering
+	// WebRTC: what the client's RTCPeerConnections (data channels, voice)
+	// must be configured with before they make their offers.
+	ICEServers ICEServersFunc
 }
 
 // DefaultNegotiateConfig offers all three transports on the DESIGN.md
@@ -48,6 +53,10 @@ func (c NegotiateConfig) Validate() error {
 type NegotiateResponse struct {
 	FallbackChain []Kind           `json:"fallbackChain"`
 	Transports    []TransportOffer `json:"transports"`
+	// ICEServers is {"iceServers":[...]} (STUN/TURN with credentials) for
+	// the client's WebRTC connections to this edge; absent when WebRTC is
+	// not offered or the edge hands this client none.
+	ICEServers json.RawMessage `json:"ice_servers,omitempty"`
 }
 
 // TransportOffer is one usable transport.
@@ -170,6 +179,11 @@ func (n *Negotiate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resp := NegotiateResponse{Transports: offers}
 	for _, o := range offers {
 		resp.FallbackChain = append(resp.FallbackChain, o.Kind)
+		if o.Kind == KindWebRTC && n.cfg.ICEServers != nil {
+			if ice := n.cfg.ICEServers(r); json.Valid(ice) {
+				resp.ICEServers = ice
+			}
+		}
 	}
 	httpjson.Write(w, http.StatusOK, resp)
 }

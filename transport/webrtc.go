@@ -235,6 +235,11 @@ func (w *WebRTC) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	rw.Header().Set("Content-Type", "application/sdp")
 	rw.Header().Set("Cache-Control", "no-store")
+	if w.cfg.ICEServers != nil {
+		for _, l := range linkHeaders(w.cfg.ICEServers(r)) {
+			rw.Header().Add("Link", l)
+		}
+	}
 	rw.WriteHeader(http.StatusCreated)
 	_, _ = io.WriteString(rw, answer)
 }

@@ -170,7 +170,14 @@ func (i *Issuer) Mint(subject string, lifetime time.Duration, host string) Optio
 	if lifetime <= 0 {
 		lifetime = i.cfg.TTL
 	}
-	user := Username(i.cfg.Now().Add(lifetime), subject)
+	return i.MintUntil(subject, i.cfg.Now().Add(lifetime), host)
+}
+
+// MintUntil is Mint with the credential's expiry given (a session's end
+// known in advance): two connections of one session get the same
+// credential.
+func (i *Issuer) MintUntil(subject string, expiry time.Time, host string) Options {
+	user := Username(expiry, subject)
 	cred := Credential(i.cfg.Secret, user)
 	out := Options{ICEServers: []ICEServer{}}
 	if i.cfg.Port > 0 {

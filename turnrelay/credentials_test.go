@@ -25,6 +25,13 @@ func TestMintShape(t *testing.T) {
 		t.Fatalf("minted\n %s\nwant\n %s", got, want)
 	}
 
+	// A fixed expiry: the same credential whenever it is minted.
+	until := at.Add(7 * time.Hour)
+	a, b := iss.MintUntil("alice", until, "edge.example.net"), iss.MintUntil("alice", until, "edge.example.net")
+	if a.ICEServers[0].Username != "1800025200:alice" || a.ICEServers[0].Credential != b.ICEServers[0].Credential {
+		t.Errorf("MintUntil: %+v %+v", a, b)
+	}
+
 	// No lifetime: the issuer's TTL. A fixed host (the public IP) wins
 	// over the client's; IPv6 hosts are bracketed.
 	iss2, _ := NewIssuer(IssuerConfig{Secret: testSecret, Port: 3478, Host: "2001:db8::7", TTL: time.Hour, Now: func() time.Time { return at },

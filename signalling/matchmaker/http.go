@@ -47,6 +47,9 @@ type matchResponse struct {
 	ExpiresAt          string `json:"expires_at"`
 	FallbackURL        string `json:"fallback_url"`
 	QueuePosition      int    `json:"queue_position"`
+	// ICEServers is {"iceServers":[...]} with TURN credentials for this
+	// session (Deps.ICEServers); absent when the edge hands out none.
+	ICEServers json.RawMessage `json:"ice_servers,omitempty"`
 }
 
 // refusalResponse is every non-200 body.
@@ -78,6 +81,16 @@ func (m *Matchmaker) serveMatch(w http.ResponseWriter, r *http.Request) {
 		m.writeRefusal(w, rf)
 		return
 	}
+	var ice json.RawMessage
+	if m.ice != nil {
+		subject := req.Subject
+		if subject == "" {
+			subject = res.SessionID
+		}
+		if ice = m.ice(subject, res.ExpiresAt, r.Host); !json.Valid(ice) {
+			ice = nil // never break the answer
+		}
+	}
 	httpjson.Write(w, http.StatusOK, matchResponse{
 		SessionID:          res.SessionID,
 		POPID:              res.POP,
@@ -89,6 +102,7 @@ func (m *Matchmaker) serveMatch(w http.ResponseWriter, r *http.Request) {
 		ExpiresAt:          res.ExpiresAt.UTC().Format(time.RFC3339),
 		FallbackURL:        m.cfg.FallbackURL,
 		QueuePosition:      res.QueuePosition,
+		ICEServers:         ice,
 	})
 }
 

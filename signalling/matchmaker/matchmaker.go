@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -102,6 +103,11 @@ type Deps struct {
 	Now      func() time.Time
 	// Registerer receives the egbe_pxstream_pop_* metrics (nil = none).
 	Registerer prometheus.Registerer
+	// ICEServers, when set, gives the match answer's ice_servers
+	// ({"iceServers":[...]}, TURN credentials) for the session's subject
+	// (its session id when the request names no one), the session token's
+	// expiry and the Host the request reached.
+	ICEServers func(subject string, tokenExpiry time.Time, host string) json.RawMessage
 }
 
 // Matchmaker selects POPs and leases streamers.
@@ -115,6 +121,9 @@ type Matchmaker struct {
 	now      func() time.Time // immutable after New
 	metrics  *metrics         // immutable after New
 	popIndex map[string]int   // immutable after New: POP id -> topo.POPs index
+
+	// ice is Deps.ICEServers (immutable after New; nil = none).
+	ice func(subject string, tokenExpiry time.Time, host string) json.RawMessage
 
 	mu     sync.Mutex
 	leases map[string]leaseRec // guarded by mu: session id -> lease
@@ -152,7 +161,7 @@ func New(cfg Config, deps Deps) (*Matchmaker, error) {
 	}
 	m := &Matchmaker{
 		cfg: cfg, topo: topo, fleet: deps.Fleet, signer: deps.Signer, admitter: deps.Admitter,
-		log: deps.Logger, now: deps.Now, leases: make(map[string]leaseRec),
+		log: deps.Logger, now: deps.Now, leases: make(map[string]leaseRec), ice: deps.ICEServers,
 		popIndex: make(map[string]int, len(topo.POPs)),
 	}
 	if m.log == nil {

@@ -32,15 +32,46 @@ async function devToken() {
   return (await r.json()).token;
 }
 
-async function negotiate() {
+// negotiate asks the edge which transports to try. With the access token
+// the answer also carries ice_servers: TURN credentials for this user,
+// which every RTCPeerConnection to the edge (data channels, voice) is
+// created with, so both work from behind a NAT.
+async function negotiate(token) {
   const q = new URLSearchParams();
   if (typeof WebTransport === 'undefined') q.set('quic', '0');
   if (typeof RTCPeerConnection === 'undefined') q.set('webrtc', '0');
-  const r = await fetch(egbe.apiBase + '/v6/realtime/negotiate?' + q);
+  const r = await fetch(egbe.apiBase + '/v6/realtime/negotiate?' + q, token ? { headers: { Authorization: 'Bearer ' + token } } : {});
   const body = await r.json();
   if (!r.ok) throw new Error(body.code + ': ' + body.message);
+  egbe.iceServers = (body.ice_servers && body.ice_servers.iceServers) || [];
   return body;
 }
+
+// ?forceturn=1 (a dev/test switch, as Epic's ForceTURN) allows relay
+// candidates only: every WebRTC path then goes through a TURN server.
+const FORCE_TURN = ['1', 'true'].includes((params.get('forceturn') || '').toLowerCase());
+egbe.forceTurn = FORCE_TURN;
+egbe.iceServers = [];
+
+// rtcConfig is the RTCConfiguration of every peer connection to the edge.
+egbe.rtcConfig = () => {
+  if (FORCE_TURN && !egbe.iceServers.some((s) => [].concat(s.urls).some((u) => /^turns?:/.test(u)))) {
+    throw new Error('forceturn: the edge handed out no TURN server');
+  }
+  return { iceServers: egbe.iceServers, iceTransportPolicy: FORCE_TURN ? 'relay' : 'all' };
+};
+
+// selectedCandidateType is the type (host, srflx, prflx, relay) of the
+// local candidate of pc's selected ICE pair, or '' before one is.
+egbe.selectedCandidateType = async (pc) => {
+  if (!pc) return '';
+  const stats = await pc.getStats();
+  let pairId = '';
+  stats.forEach((s) => { if (s.type === 'transport' && s.selectedCandidatePairId) pairId = s.selectedCandidatePairId; });
+  const pair = pairId && stats.get(pairId);
+  const local = pair && stats.get(pair.localCandidateId);
+  return (local && local.candidateType) || '';
+};
 
 function b64bytes(s) { return Uint8Array.from(atob(s), (c) => c.charCodeAt(0)); }
 
@@ -85,7 +116,8 @@ async function openWebTransport(t, onMessage, onClose) {
 }
 
 async function openWebRTC(t, onMessage, onClose) {
-  const pc = new RTCPeerConnection();
+  const pc = new RTCPeerConnection(egbe.rtcConfig());
+  egbe.rtc = pc;
   const rel = pc.createDataChannel('egbe-reliable');
   const unrel = pc.createDataChannel('egbe-unreliable', { ordered: false, maxRetransmits: 0 });
   for (const dc of [rel, unrel]) {
@@ -234,7 +266,7 @@ function onMessage(env) {
 // hello; resumeToken set means resume that session. Throws when no
 // transport opens.
 async function open(token, resumeToken) {
-  const neg = await negotiate();
+  const neg = await negotiate(token);
   egbe.fallbackChain = neg.fallbackChain;
   const forced = $('transport').value || params.get('transport');
   const candidates = neg.transports.filter((t) => !forced || t.kind === forced);

@@ -8,7 +8,7 @@ export async function joinVoice(egbe, log, moved = false) {
   if (!egbe.sessionId) throw new Error('connect a realtime session first');
   if (egbe.voice.pc) return;
   egbe.voice.state = 'joining';
-  const pc = new RTCPeerConnection();
+  const pc = new RTCPeerConnection(egbe.rtcConfig()); // the negotiate answer's ICE servers (TURN)
   egbe.voice.pc = pc;
   const mic = await navigator.mediaDevices.getUserMedia({ audio: true });
   pc.addTrack(mic.getAudioTracks()[0], mic);
@@ -50,6 +50,8 @@ export async function joinVoice(egbe, log, moved = false) {
     throw new Error(`voice join: ${body.code}: ${body.message}`);
   }
   egbe.voice.peerId = body.voice_peer_id;
+  // Fresh credentials for the next connection to this edge.
+  if (body.ice_servers && body.ice_servers.iceServers) egbe.iceServers = egbe.voice.iceServers = body.ice_servers.iceServers;
   await pc.setRemoteDescription({ type: 'answer', sdp: body.sdp });
   egbe.voice.state = 'joined';
   document.getElementById('voicestate').textContent = 'joined (' + body.voice_peer_id + ')';

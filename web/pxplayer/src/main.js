@@ -14,10 +14,11 @@
 //    which never reaches a server log), then the leased streamer;
 //  - with several streamers listed and none asked for, the first is
 //    subscribed instead of a black screen;
-//  - ICE servers from the match response's ice_servers, or (dev mode only:
+//  - the edge's config message carries the session's TURN credentials;
+//    ICE servers from the match response's ice_servers, or (dev mode only:
 //    a link must not steer a player to someone else's relay) the iceServers
 //    URL parameter (JSON), are added to the config message's
-//    peerConnectionOptions.
+//    peerConnectionOptions unless they are there already.
 //
 // The edge fills <meta name="egbe-pxstream"> with {auth, dev, signalling,
 // match, devToken}. window.egbePlayer exposes what happened, for the
@@ -155,13 +156,20 @@ async function main() {
 
   // Before the first message arrives (connecting is asynchronous): add our
   // ICE servers to the config message the library starts its session with.
+  // The edge's config message carries the session's TURN credentials
+  // itself (the same as the match answer's, usually): a server already
+  // there is not added twice (it would allocate twice).
   const ice = extraIceServers(m, settings);
   if (ice.length) {
+    const key = (s) => JSON.stringify([[].concat(s.urls), s.username || '', s.credential || '']);
     stream.signallingProtocol.transport.addListener('message', (msg) => {
       if (msg && msg.type === 'config') {
         msg.peerConnectionOptions = msg.peerConnectionOptions || {};
-        msg.peerConnectionOptions.iceServers = [...(msg.peerConnectionOptions.iceServers || []), ...ice];
-        state.iceServersAdded = ice.length;
+        const have = msg.peerConnectionOptions.iceServers || [];
+        const seen = new Set(have.map(key));
+        const add = ice.filter((s) => !seen.has(key(s)));
+        msg.peerConnectionOptions.iceServers = [...have, ...add];
+        state.iceServersAdded = add.length;
       }
     });
   }
