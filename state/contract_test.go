@@ -19,6 +19,7 @@ type backend struct {
 	queue  func(t *testing.T) (q Queue, wipe func())
 	leases func(t *testing.T) Leases
 	budget func(t *testing.T) Budgets
+	seats  func(t *testing.T) Seats
 }
 
 func backends(t *testing.T) []backend {
@@ -32,6 +33,7 @@ func backends(t *testing.T) []backend {
 			},
 			leases: func(*testing.T) Leases { return NewMemoryLeases() },
 			budget: func(*testing.T) Budgets { return NewMemoryBudgets() },
+			seats:  func(*testing.T) Seats { return NewMemorySeats() },
 		},
 		redisBackend("redis", func(t *testing.T) redis.UniversalClient {
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -66,6 +68,11 @@ func redisBackend(name string, open func(t *testing.T) redis.UniversalClient) ba
 			c := open(t)
 			_ = flushAll(context.Background(), c)
 			return NewRedisBudgets(c)
+		},
+		seats: func(t *testing.T) Seats {
+			c := open(t)
+			_ = flushAll(context.Background(), c)
+			return NewRedisSeats(c)
 		},
 	}
 }

@@ -32,7 +32,7 @@ func TestRedisTopologies(t *testing.T) {
 			// The tags of the different stores land on different masters,
 			// so the suite really crosses nodes.
 			nodes := map[string]bool{}
-			for _, k := range []string{queueTag + "meta", leaseTag + "x", fleetIndex, budgetSpace + "x", "test:kv:k"} {
+			for _, k := range []string{queueTag + "meta", leaseTag + "x", seatKey("x", "SFU"), fleetIndex, budgetSpace + "x", "test:kv:k"} {
 				m, err := cc.MasterForKey(context.Background(), k)
 				if err != nil {
 					t.Fatal(err)
@@ -64,6 +64,7 @@ func TestRedisTopologies(t *testing.T) {
 			t.Run("queue", func(t *testing.T) { queueContract(t, b) })
 			t.Run("leases", func(t *testing.T) { leasesContract(t, b) })
 			t.Run("budgets", func(t *testing.T) { budgetsContract(t, b) })
+			t.Run("seats", func(t *testing.T) { seatsContract(t, b) })
 			t.Run("kv", func(t *testing.T) { kvContract(t, NewRedisKV(open(t), "test:kv:")) })
 			t.Run("fleetboard", func(t *testing.T) {
 				ctx := context.Background()
