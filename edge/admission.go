@@ -59,6 +59,7 @@ func (e *Edge) buildAdmission() error {
 		queue   state.Queue
 		tallies state.Tallies
 		kv      state.KV
+		seats   state.Seats
 	)
 	if e.cfg.RedisURL != "" {
 		rdb, err := state.OpenRedis(e.cfg.RedisURL)
@@ -73,6 +74,7 @@ func (e *Edge) buildAdmission() error {
 		budgets = state.NewRedisBudgets(rdb)
 		tallies = state.NewRedisTallies(rdb)
 		kv = state.NewRedisKV(rdb, "egbe:adm:")
+		seats = state.NewRedisSeats(rdb)
 		// Only dev may create a fresh waiting room in an empty Redis: in prod
 		// an empty Redis is lost state and the room fails closed until an
 		// operator re-arms it.
@@ -83,7 +85,7 @@ func (e *Edge) buildAdmission() error {
 		queue = q
 	} else {
 		leases, budgets, queue = state.NewMemoryLeases(), state.NewMemoryBudgets(), state.NewMemoryQueue()
-		tallies, kv = state.NewMemoryTallies(), state.NewMemoryKV(now)
+		tallies, kv, seats = state.NewMemoryTallies(), state.NewMemoryKV(now), state.NewMemorySeats()
 	}
 	fleet := &fleetView{e: e}
 	m, err := admission.NewMetrics(e.reg)
@@ -117,7 +119,7 @@ func (e *Edge) buildAdmission() error {
 	e.runners = append(e.runners, func(ctx context.Context) error { return surge.Run(ctx, e.cfg.test.surgeEvery) })
 	watch := admission.NewAbuseWatch(policy, tallies, kv, audit, now, m)
 	ttl := time.Duration(policy.Pxstream.LeaseTTLMs) * time.Millisecond
-	px := &pxAdmission{a: admission.NewAdmitter(policy, leases, budgets, watch, audit, now, m), room: room, events: events,
+	px := &pxAdmission{a: admission.NewAdmitter(policy, leases, budgets, seats, watch, audit, now, m), seats: seats, room: room, events: events,
 		watch: watch, meter: meter, m: m, kv: kv, now: now, edge: e.edgeID, ttl: ttl, every: max(ttl/3, time.Second),
 		log: e.logFor("pxstream-admission"), sessions: map[string]*pxSession{}}
 	if e.cfg.test.chargeEvery > 0 {

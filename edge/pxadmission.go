@@ -40,12 +40,14 @@ type pxAdmission struct {
 	meter  *admission.Meter      // immutable after New
 	m      *admission.Metrics    // immutable after New
 	kv     state.KV              // immutable after New
+	seats  state.Seats           // immutable after New: concert seats (the dashboard reads them)
 	now    func() time.Time      // immutable after New
 	edge   string                // immutable after New: this edge's name
 	ttl    time.Duration         // immutable after New: the admission lease TTL
 	every  time.Duration         // immutable after New: refresh and charge interval
 	log    *slog.Logger          // immutable after New
 	ender  sessionEnder          // set once by buildPxstream before Run
+	grace  time.Duration         // set once by buildPxstream before Run: the broker's LeaseGrace
 
 	mu       sync.Mutex
 	sessions map[string]*pxSession // guarded by mu: by Pixel Streaming session id
@@ -64,6 +66,8 @@ type pxRecord struct {
 	LiveMs    int64    `json:"liveMs"`    // streamed time accounted
 	Charged   int64    `json:"charged"`   // free minutes charged
 	Started   bool     `json:"started"`   // its start was counted (either way)
+	// Seat is the concert seat the lease holds (zero: a whole streamer).
+	Seat admission.Seat `json:"seat,omitzero"`
 }
 
 // pxSession is a session this edge keeps.
@@ -79,10 +83,6 @@ type pxSession struct {
 // pxRecordTTL outlives any session token and the reconnect grace; the
 // owner rewrites the record every round while it keeps the session.
 const pxRecordTTL = 20 * time.Minute
-
-// pxReconnectGrace is how long a session whose player left keeps its
-// lease for the frontend to come back (the broker's lease grace).
-const pxReconnectGrace = 30 * time.Second
 
 func (p *pxAdmission) recordKey(sid string) string { return "pxsess:" + sid }
 
@@ -143,10 +143,16 @@ func (p *pxAdmission) Admit(ctx context.Context, r matchmaker.Request) (matchmak
 		Paid: r.Entitlement == matchmaker.EntitlementPaid || booked != nil, Grant: p.events.Grant(subject),
 		InstitutionApproved: p.events.InstitutionApproved(r.RemoteAddr), EligiblePopUtilBP: r.EligiblePOPUtilBP}
 	dec := matchmaker.Decision{HeldBack: p.events.HeldBack(subject, now)}
-	if ev := p.events.Running(r.EventID, now); ev != nil {
+	ev := p.events.Running(r.EventID, now)
+	if ev != nil {
 		dec.PriorityBoost = map[string]int{ev.POP: ev.Priority}
 		if booked == nil || booked.ID != ev.ID {
 			req.WalkUp = &admission.WalkUp{Event: ev.ID, Slots: ev.WalkUpSlots}
+		}
+		if ev.Concert != nil {
+			// An SFU-fronted concert: a seat on one of its SFUs, not a
+			// whole streamer.
+			req.Seat = &admission.SeatPool{Event: ev.ID, SFUs: ev.Concert.SeatLimits()}
 		}
 	}
 	d, err := p.a.Admit(ctx, req)
@@ -176,7 +182,10 @@ func (p *pxAdmission) Admit(ctx context.Context, r matchmaker.Request) (matchmak
 		}
 	}
 	rec := pxRecord{Subject: subject, Paid: req.Paid, Holder: d.Lease.Holder(), Keys: d.Lease.Keys(),
-		MatchedAt: now.UnixMilli(), Owner: p.edge}
+		MatchedAt: now.UnixMilli(), Owner: p.edge, Seat: d.Lease.Seat()}
+	if seat := d.Lease.Seat(); seat.SFU != "" {
+		dec.Seat = &matchmaker.Seat{Event: seat.Event, POP: ev.POP, SFU: seat.SFU, Codec: ev.Concert.Codec}
+	}
 	dec.Matched = func(m matchmaker.Match) {
 		rec.POP, rec.Until = m.POP, m.ExpiresAt.UnixMilli()
 		p.mu.Lock()
@@ -206,7 +215,7 @@ func (p *pxAdmission) takeLocked(ctx context.Context, sid string) *pxSession {
 		return nil
 	}
 	rec.Owner = p.edge
-	s := &pxSession{rec: rec, lease: p.a.Lease(rec.Holder, rec.Keys), hold: time.UnixMilli(rec.Until)}
+	s := &pxSession{rec: rec, lease: p.a.Lease(rec.Holder, rec.Keys, rec.Seat), hold: time.UnixMilli(rec.Until)}
 	p.sessions[sid] = s
 	return s
 }
@@ -243,7 +252,9 @@ func (p *pxAdmission) OnPlayerLeft(sid string) {
 		s.rec.LiveMs += now.Sub(s.mark).Milliseconds()
 		s.live = false
 	}
-	s.hold = now.Add(pxReconnectGrace)
+	// The lease is kept for the frontend to come back as long as the
+	// broker keeps the streamer's (signalling's LeaseGrace).
+	s.hold = now.Add(p.grace)
 }
 
 // CheckOffer runs after the matchmaker's codec check passed: the
@@ -434,4 +445,40 @@ func (p *pxAdmission) markEnded(sid string) {
 		s.ended = true
 	}
 	p.mu.Unlock()
+}
+
+var _ matchmaker.SeatBoard = (*pxAdmission)(nil)
+
+// Concerts implements matchmaker.SeatBoard: every concert of the events
+// file with its seats per SFU, read from the fleet's seat store.
+func (p *pxAdmission) Concerts(ctx context.Context) ([]matchmaker.DashboardConcert, error) {
+	if p.events == nil {
+		return nil, nil
+	}
+	now := p.now()
+	var out []matchmaker.DashboardConcert
+	var errs []error
+	for i := range p.events.Events {
+		ev := &p.events.Events[i]
+		if ev.Concert == nil {
+			continue
+		}
+		ids := make([]string, len(ev.Concert.SFUs))
+		for j, f := range ev.Concert.SFUs {
+			ids[j] = f.ID
+		}
+		used, err := p.seats.Used(ctx, ev.ID, ids, now)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c := matchmaker.DashboardConcert{EventID: ev.ID, POP: ev.POP, Codec: ev.Concert.Codec,
+			Running: p.events.Running(ev.ID, now) != nil, SFUs: make([]matchmaker.DashboardConcertSFU, len(ids))}
+		for j, f := range ev.Concert.SFUs {
+			c.SFUs[j] = matchmaker.DashboardConcertSFU{ID: f.ID, Used: used[f.ID], Capacity: f.Seats}
+			c.Used += used[f.ID]
+			c.Capacity += f.Seats
+		}
+		out = append(out, c)
+	}
+	return out, errors.Join(errs...)
 }

@@ -43,10 +43,14 @@ func (e *Edge) buildPxstream() error {
 	mcfg := matchmaker.Default()
 	mcfg.RequireAccessToken = e.cfg.Mode == ModeProd
 	mcfg.FallbackURL = e.cfg.FallbackURL
-	mm, err := matchmaker.New(mcfg, matchmaker.Deps{
+	mdeps := matchmaker.Deps{
 		Fleet: fleet, Signer: e.signer, Topology: topo, Admitter: e.pxAdmitter,
 		Logger: e.base, Registerer: e.reg, Now: e.cfg.clock(),
-	})
+	}
+	if e.adm != nil {
+		mdeps.Seats = e.adm.px // concert seats on the dashboard
+	}
+	mm, err := matchmaker.New(mcfg, mdeps)
 	if err != nil {
 		return err
 	}
@@ -94,6 +98,7 @@ func (e *Edge) buildPxstream() error {
 	fleet.Reg = srv.Registry()
 	if e.adm != nil {
 		e.adm.px.ender = srv // budget and ban ends
+		e.adm.px.grace = scfg.LeaseGrace
 	}
 
 	e.mainMux.Handle(mcfg.SignallingPath, srv.PlayerHandler())

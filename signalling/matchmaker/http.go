@@ -47,6 +47,15 @@ type matchResponse struct {
 	ExpiresAt          string `json:"expires_at"`
 	FallbackURL        string `json:"fallback_url"`
 	QueuePosition      int    `json:"queue_position"`
+	// Seat is present for a concert match only: streamer_id is then the
+	// SFU's id (subscribe to it as to a streamer).
+	Seat *seatResponse `json:"seat,omitempty"`
+}
+
+// seatResponse is a concert match's seat.
+type seatResponse struct {
+	EventID string `json:"event_id"`
+	SFUID   string `json:"sfu_id"`
 }
 
 // refusalResponse is every non-200 body.
@@ -78,7 +87,12 @@ func (m *Matchmaker) serveMatch(w http.ResponseWriter, r *http.Request) {
 		m.writeRefusal(w, rf)
 		return
 	}
+	var seat *seatResponse
+	if res.Seat != nil {
+		seat = &seatResponse{EventID: res.Seat.Event, SFUID: res.Seat.SFU}
+	}
 	httpjson.Write(w, http.StatusOK, matchResponse{
+		Seat:               seat,
 		SessionID:          res.SessionID,
 		POPID:              res.POP,
 		StreamerID:         res.StreamerID,
@@ -217,5 +231,14 @@ func (m *Matchmaker) serveDashboard(w http.ResponseWriter, r *http.Request) {
 		m.writeRefusal(w, refuse(ReasonMethodNotAllowed, http.StatusMethodNotAllowed, "use GET"))
 		return
 	}
-	httpjson.Write(w, http.StatusOK, m.Dashboard())
+	d := m.Dashboard()
+	if m.seats != nil {
+		cs, err := m.seats.Concerts(r.Context())
+		if err != nil {
+			m.log.Warn("concert seats for the dashboard", "err", err)
+			d.ConcertsError = "seat store unavailable"
+		}
+		d.Concerts = cs
+	}
+	httpjson.Write(w, http.StatusOK, d)
 }
