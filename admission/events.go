@@ -22,7 +22,8 @@ import (
 //	 "events": [{"id": "saraswati-opening", "pop": "us-east-1",
 //	             "start": "2026-06-01T19:00:00Z", "end": "2026-06-01T21:00:00Z",
 //	             "prewarmMinutes": 30, "reservedSessions": 200, "walkUpSlots": 50,
-//	             "priority": 4, "attendees": ["user-1", "user-2"]}],
+//	             "priority": 4, "attendees": ["user-1", "user-2"],
+//	             "concert": {"codec": "H264", "sfus": [{"id": "SFU", "seats": 250}]}}],
 //	 "grants": [{"subject": "instructor-7", "maxSessions": 6, "reason": "verified instructor"}],
 //	 "institutions": [{"name": "Lagos Polytechnic", "networks": ["198.51.100.0/24"]}]}
 //
@@ -34,7 +35,9 @@ import (
 // without a booking is a walk-up: it takes one of walkUpSlots, fleet-wide,
 // or falls back. Requests naming the event get priority added at its POP.
 // A grant lifts a subject's Pixel Streaming cap; an institution's networks
-// get the institutional network cap.
+// get the institutional network cap. A concert (optional) is served by
+// SFUs: every match naming it takes a seat on one of them (fleet-wide)
+// instead of a whole streamer.
 type Events struct {
 	Version      int           `json:"version"`
 	Events       []Event       `json:"events"`

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -352,5 +353,33 @@ func TestIdleTracker(t *testing.T) {
 	tr.Tick(at(100))
 	if tr.Next() != at(150) {
 		t.Fatal(tr.Next())
+	}
+}
+
+// TestConcertEvents: a concert's codec is normalised (default H264) and
+// its SFUs validated; every bad one is a typed ErrEvents naming it.
+func TestConcertEvents(t *testing.T) {
+	ev := func(concert string) string {
+		return `{"version":1,"events":[{"id":"gala","pop":"us-east-1","start":"2026-06-01T19:00:00Z","end":"2026-06-01T21:00:00Z","concert":` + concert + `}]}`
+	}
+	got, err := ParseEvents([]byte(ev(`{"codec":"vp8","sfus":[{"id":"SFU","seats":2},{"id":"SFU2","seats":3}]}`)))
+	if err != nil || got.Events[0].Concert.Codec != "VP8" ||
+		!slices.Equal(got.Events[0].Concert.SeatLimits(), []state.SeatLimit{{SFU: "SFU", Seats: 2}, {SFU: "SFU2", Seats: 3}}) {
+		t.Fatalf("concert: %+v %v", got, err)
+	}
+	if got, err := ParseEvents([]byte(ev(`{"sfus":[{"id":"SFU","seats":1}]}`))); err != nil || got.Events[0].Concert.Codec != "H264" {
+		t.Fatalf("default codec: %v", err)
+	}
+	for _, bad := range []string{
+		`{"codec":"MJPEG","sfus":[{"id":"SFU","seats":1}]}`,
+		`{"sfus":[]}`,
+		`{"sfus":[{"id":"","seats":1}]}`,
+		`{"sfus":[{"id":"SFU","seats":0}]}`,
+		`{"sfus":[{"id":"SFU","seats":1},{"id":"SFU","seats":1}]}`,
+		`{"sfus":[{"id":"SFU","seats":1}],"surprise":1}`,
+	} {
+		if _, err := ParseEvents([]byte(ev(bad))); !errors.Is(err, ErrEvents) {
+			t.Errorf("%s: %v, want ErrEvents", bad, err)
+		}
 	}
 }
