@@ -679,12 +679,15 @@ func (m *Matchmaker) refused(r *Refusal) *Refusal {
 
 // Release ends a session's lease early (the player gave up).
 func (m *Matchmaker) Release(sessionID string) {
-	m.fleet.Release(sessionID)
 	m.mu.Lock()
 	rec, ok := m.leases[sessionID]
 	delete(m.leases, sessionID)
 	m.mu.Unlock()
-	if !ok || rec.seat {
+	if ok && rec.seat {
+		return // a concert seat: no streamer is leased (admission frees the seat)
+	}
+	m.fleet.Release(sessionID)
+	if !ok {
 		return
 	}
 	m.cacheMu.Lock()
