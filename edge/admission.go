@@ -15,6 +15,7 @@ import (
 
 	"github.com/oshun/egbe-edge/admission"
 	"github.com/oshun/egbe-edge/shard"
+	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
 	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/web"
@@ -119,12 +120,20 @@ func (e *Edge) buildAdmission() error {
 	e.runners = append(e.runners, func(ctx context.Context) error { return surge.Run(ctx, e.cfg.test.surgeEvery) })
 	watch := admission.NewAbuseWatch(policy, tallies, kv, audit, now, m)
 	ttl := time.Duration(policy.Pxstream.LeaseTTLMs) * time.Millisecond
-	px := &pxAdmission{a: admission.NewAdmitter(policy, leases, budgets, seats, watch, audit, now, m), seats: seats, room: room, events: events,
-		watch: watch, meter: meter, m: m, kv: kv, now: now, edge: e.edgeID, ttl: ttl, every: max(ttl/3, time.Second),
-		log: e.logFor("pxstream-admission"), sessions: map[string]*pxSession{}}
+	every := max(ttl/3, time.Second)
 	if e.cfg.test.chargeEvery > 0 {
-		px.every = e.cfg.test.chargeEvery
+		every = e.cfg.test.chargeEvery
 	}
+	pxa := admission.NewAdmitter(policy, leases, budgets, seats, watch, audit, now, m)
+	// One reconnect grace for the session's lease and the broker's
+	// streamer lease: signalling's LeaseGrace (buildPxstream gives the
+	// broker this same value).
+	sessions, err := admission.NewPxSessions(admission.PxSessionsConfig{Edge: e.edgeID, Every: every, Grace: signalling.Default().LeaseGrace},
+		admission.PxSessionsDeps{Admitter: pxa, Watch: watch, Meter: meter, KV: kv, Now: now, Logger: e.logFor("pxstream-admission")})
+	if err != nil {
+		return err
+	}
+	px := &pxAdmission{a: pxa, seats: seats, room: room, events: events, m: m, sessions: sessions, now: now}
 	resolver := admission.NewResolver(policy, fleet, now, m)
 	a := &admissionPlane{
 		policy:    policy,
@@ -139,7 +148,7 @@ func (e *Edge) buildAdmission() error {
 	e.admitter = &realtimeAdmission{keep: keeper}
 	e.runners = append(e.runners, keeper.Run)
 	e.pxAdmitter = a.px
-	e.runners = append(e.runners, a.px.run)
+	e.runners = append(e.runners, sessions.Run)
 	e.adm = a
 	return nil
 }

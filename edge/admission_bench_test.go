@@ -62,7 +62,7 @@ func BenchmarkLiveMatchAdmission(b *testing.B) {
 							b.Fatal(err)
 						}
 						mm.Release(m.SessionID)
-						te.adm.px.release(m.SessionID)
+						te.adm.px.sessions.Release(m.SessionID)
 					}
 					if rds != nil {
 						// Background traffic (registry heartbeats, fleet board) is
@@ -160,7 +160,7 @@ func BenchmarkConcertSeatMatch(b *testing.B) {
 					b.Fatalf("%s match %+v", mode, m)
 				}
 				te.px.mm.Release(m.SessionID)
-				te.adm.px.release(m.SessionID)
+				te.adm.px.sessions.Release(m.SessionID)
 			}
 			b.ReportMetric(float64(matchRTs)/float64(b.N), "redis-rt/match")
 			b.ReportMetric(float64(hook.n.Load()-rts)/float64(b.N), "redis-rt/op")

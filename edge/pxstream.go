@@ -58,6 +58,11 @@ func (e *Edge) buildPxstream() error {
 	scfg := signalling.Default()
 	scfg.Auth = e.cfg.PxstreamAuth
 	scfg.MaxPlayers = e.cfg.MaxPlayers
+	if e.adm != nil {
+		// One grace: the session's admission lease and the broker's
+		// streamer lease let go together.
+		scfg.LeaseGrace = e.adm.px.sessions.Grace()
+	}
 	if e.cfg.Mode == ModeDev {
 		scfg.DefaultPOP = devStreamerPOP
 	}
@@ -97,8 +102,7 @@ func (e *Edge) buildPxstream() error {
 	}
 	fleet.Reg = srv.Registry()
 	if e.adm != nil {
-		e.adm.px.ender = srv // budget and ban ends
-		e.adm.px.grace = scfg.LeaseGrace
+		e.adm.px.sessions.SetEnder(brokerEnder{srv}) // budget and ban ends
 	}
 
 	e.mainMux.Handle(mcfg.SignallingPath, srv.PlayerHandler())
