@@ -417,7 +417,14 @@ func (p *PxSessions) Round(ctx context.Context) {
 			}
 			if !ended {
 				_ = w.s.lease.Refresh(rctx) // a failed refresh lets the lease lapse: fail-safe for caps
-				p.save(rctx, w.sid, w.rec)
+				if w.check {
+					// Only the edge where the player streams writes the
+					// record: a session still waiting here for its player
+					// must not take the record back from the edge that
+					// took it over (it would then release the lease that
+					// edge keeps).
+					p.save(rctx, w.sid, w.rec)
+				}
 			}
 		}
 		cancel()
