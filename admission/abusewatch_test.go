@@ -23,7 +23,7 @@ func TestAbuseWatch(t *testing.T) {
 	p := DefaultPolicy()
 	kv := state.NewMemoryKV(clk)
 	w := NewAbuseWatch(p, state.NewMemoryTallies(), kv, NewAuditor(audit, clk), clk, nil)
-	a := NewAdmitter(p, state.NewMemoryLeases(), state.NewMemoryBudgets(), w, NewAuditor(audit, clk), clk, nil)
+	a := NewAdmitter(p, state.NewMemoryLeases(), state.NewMemoryBudgets(), nil, w, NewAuditor(audit, clk), clk, nil)
 	bot := InputReport{Events: 100, SpanMs: 10_000, JitterMs: 0.5, Mouse: 100}
 	human := InputReport{Events: 40, SpanMs: 10_000, JitterMs: 80, Mouse: 25, Keyboard: 15, Motion: 60, ZeroInertia: 3}
 	for i := range 5 { // four gaps: not yet a loop

@@ -8,7 +8,10 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/oshun/egbe-edge/state"
 )
 
 // Events is the operator's events file: what a booking system and the
@@ -19,7 +22,8 @@ import (
 //	 "events": [{"id": "saraswati-opening", "pop": "us-east-1",
 //	             "start": "2026-06-01T19:00:00Z", "end": "2026-06-01T21:00:00Z",
 //	             "prewarmMinutes": 30, "reservedSessions": 200, "walkUpSlots": 50,
-//	             "priority": 4, "attendees": ["user-1", "user-2"]}],
+//	             "priority": 4, "attendees": ["user-1", "user-2"],
+//	             "concert": {"codec": "H264", "sfus": [{"id": "SFU", "seats": 250}]}}],
 //	 "grants": [{"subject": "instructor-7", "maxSessions": 6, "reason": "verified instructor"}],
 //	 "institutions": [{"name": "Lagos Polytechnic", "networks": ["198.51.100.0/24"]}]}
 //
@@ -31,7 +35,9 @@ import (
 // without a booking is a walk-up: it takes one of walkUpSlots, fleet-wide,
 // or falls back. Requests naming the event get priority added at its POP.
 // A grant lifts a subject's Pixel Streaming cap; an institution's networks
-// get the institutional network cap.
+// get the institutional network cap. A concert (optional) is served by
+// SFUs: every match naming it takes a seat on one of them (fleet-wide)
+// instead of a whole streamer.
 type Events struct {
 	Version      int           `json:"version"`
 	Events       []Event       `json:"events"`
@@ -53,7 +59,40 @@ type Event struct {
 	WalkUpSlots      int       `json:"walkUpSlots"`
 	Priority         int       `json:"priority"`
 	Attendees        []string  `json:"attendees"`
+	// Concert, when set, makes this an SFU-fronted stream: a match for it
+	// takes a seat on one of its SFUs instead of a whole streamer.
+	Concert *Concert `json:"concert,omitempty"`
 }
+
+// Concert is how an event is streamed to many players: one UE worker
+// fanned out by SFUs (Epic's SFU or the edge's Go SFU), each seating so
+// many players, counted fleet-wide.
+type Concert struct {
+	// Codec is the stream's video codec (what the UE worker encodes and
+	// the SFUs forward): H264, AV1, VP8 or VP9. The match requires the
+	// player to accept it. Default H264.
+	Codec string `json:"codec"`
+	// SFUs are the SFUs' streamer ids (their endpointId) and seats.
+	SFUs []ConcertSFU `json:"sfus"`
+}
+
+// ConcertSFU is one SFU of a concert.
+type ConcertSFU struct {
+	ID    string `json:"id"`
+	Seats int    `json:"seats"`
+}
+
+// SeatLimits is the concert's SFUs as seat limits.
+func (c *Concert) SeatLimits() []state.SeatLimit {
+	out := make([]state.SeatLimit, len(c.SFUs))
+	for i, s := range c.SFUs {
+		out[i] = state.SeatLimit{SFU: s.ID, Seats: s.Seats}
+	}
+	return out
+}
+
+// concertCodecs are the codecs a concert may name (the matchmaker's).
+var concertCodecs = []string{"H264", "AV1", "VP8", "VP9"}
 
 // Grant lifts one subject's Pixel Streaming concurrency cap.
 type Grant struct {
@@ -123,6 +162,28 @@ func (ev *Events) Validate() error {
 			return bad("event %s: need start < end", e.ID)
 		case e.PrewarmMinutes < 0 || e.ReservedSessions < 0 || e.WalkUpSlots < 0 || e.Priority < 0:
 			return bad("event %s: prewarmMinutes, reservedSessions, walkUpSlots and priority must not be negative", e.ID)
+		case strings.ContainsAny(e.ID, "{}"):
+			return bad("event %s: id must not contain { or }", e.ID)
+		}
+		if c := e.Concert; c != nil {
+			if c.Codec == "" {
+				c.Codec = "H264"
+			}
+			i := slices.IndexFunc(concertCodecs, func(n string) bool { return strings.EqualFold(n, c.Codec) })
+			if i < 0 {
+				return bad("event %s: concert codec %q: want one of %v", e.ID, c.Codec, concertCodecs)
+			}
+			c.Codec = concertCodecs[i]
+			if len(c.SFUs) == 0 {
+				return bad("event %s: concert needs at least one sfu", e.ID)
+			}
+			sfus := map[string]bool{}
+			for j, f := range c.SFUs {
+				if f.ID == "" || sfus[f.ID] || f.Seats < 1 {
+					return bad("event %s: concert sfus[%d]: id %q empty or repeated, or seats %d < 1", e.ID, j, f.ID, f.Seats)
+				}
+				sfus[f.ID] = true
+			}
 		}
 		ids[e.ID] = true
 	}

@@ -60,6 +60,8 @@ func FuzzParseEvents(f *testing.F) {
 		`"prewarmMinutes":30,"reservedSessions":200,"walkUpSlots":50,"priority":4,"attendees":["user-1","user-2"]}],` +
 		`"grants":[{"subject":"instructor-7","maxSessions":6,"reason":"verified instructor"}],` +
 		`"institutions":[{"name":"Lagos Polytechnic","networks":["198.51.100.0/24","2001:db8::/48"]}]}`)
+	f.Add(`{"version":1,"events":[{"id":"gala","pop":"us-east-1","start":"2026-06-01T19:00:00Z","end":"2026-06-01T21:00:00Z",` +
+		`"walkUpSlots":500,"concert":{"codec":"h264","sfus":[{"id":"SFU","seats":250},{"id":"SFU2","seats":250}]}}]}`)
 	f.Add(`{"version":1}`)
 	f.Add(`{"version":1,"events":[{"id":"a","pop":"p","start":"2026-01-01T00:00:00Z","end":"2025-01-01T00:00:00Z"}]}`)
 	f.Add(`{"version":1,"institutions":[{"name":"x","networks":["not a prefix"]}]}`)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -27,14 +28,15 @@ func TestNetworkKey(t *testing.T) {
 
 type pxEnv struct {
 	a     *Admitter
+	seats *state.MemorySeats
 	audit *bytes.Buffer
 	now   time.Time
 }
 
 func newPxEnv() *pxEnv {
-	e := &pxEnv{audit: &bytes.Buffer{}, now: clock0}
+	e := &pxEnv{audit: &bytes.Buffer{}, now: clock0, seats: state.NewMemorySeats()}
 	clk := func() time.Time { return e.now }
-	e.a = NewAdmitter(DefaultPolicy(), state.NewMemoryLeases(), state.NewMemoryBudgets(), nil, NewAuditor(e.audit, clk), clk, nil)
+	e.a = NewAdmitter(DefaultPolicy(), state.NewMemoryLeases(), state.NewMemoryBudgets(), e.seats, nil, NewAuditor(e.audit, clk), clk, nil)
 	return e
 }
 
@@ -162,13 +164,79 @@ func TestPxBudgetAndAudit(t *testing.T) {
 	}
 }
 
+// TestPxConcertSeats: a concert match takes a seat on the SFU with the
+// most free seats, after the caps and the walk-up pool (a free walk-up
+// still takes its slot; a booked attendee takes none); all seats taken is
+// fallback-concert-full, audited, taking nothing; backpressure does not
+// apply to a seat; the lease's refresh keeps the seat and its release
+// frees it.
+func TestPxConcertSeats(t *testing.T) {
+	ctx := context.Background()
+	e := newPxEnv()
+	pool := &SeatPool{Event: "gala", SFUs: []state.SeatLimit{{SFU: "SFU", Seats: 1}, {SFU: "SFU2", Seats: 1}}}
+	seat := func(r PxRequest, walk bool) PxRequest {
+		r.Seat = pool
+		if walk {
+			r.WalkUp = &WalkUp{Event: "gala", Slots: 1}
+		}
+		r.EligiblePopUtilBP = []int{9900} // a saturated POP: no streamer, but seats are not streamers
+		return r
+	}
+	d, err := e.a.Admit(ctx, seat(pxReq("s1", "walker", "10.0.0.1"), true))
+	if err != nil || d.Action != PxAdmit || d.Lease.Seat() != (Seat{Event: "gala", SFU: "SFU"}) {
+		t.Fatalf("first walk-up: %+v %v", d, err)
+	}
+	first := d.Lease
+	// The walk-up pool (1 slot) is charged: the next walk-up falls back
+	// before it reaches a seat.
+	if d, _ := e.a.Admit(ctx, seat(pxReq("s2", "walker-2", "10.0.0.2"), true)); d.Action != PxFallbackWalkUp {
+		t.Fatalf("second walk-up: %+v", d)
+	}
+	booked := func(s, sub string) PxRequest { r := seat(pxReq(s, sub, "10.0.0.3"), false); r.Paid = true; return r }
+	d, _ = e.a.Admit(ctx, booked("s3", "vip"))
+	if d.Action != PxAdmit || d.Lease.Seat().SFU != "SFU2" {
+		t.Fatalf("booked attendee: %+v", d)
+	}
+	e.audit.Reset()
+	d, _ = e.a.Admit(ctx, booked("s4", "vip-2"))
+	if d.Action != PxFallbackSeats || d.HTTPStatus != 503 || d.Lease != nil {
+		t.Fatalf("full concert: %+v", d)
+	}
+	var line map[string]any
+	if err := json.Unmarshal(e.audit.Bytes(), &line); err != nil || line["action"] != "fallback-concert-full" || line["event"] != "gala" {
+		t.Fatalf("audit %q %v", e.audit.String(), err)
+	}
+	// The refusal took nothing: vip-2's user cap is whole.
+	for _, s := range []string{"s5", "s6"} {
+		if d, _ := e.a.Admit(ctx, pxReq(s, "vip-2", "10.0.0.4")); d.Action != PxAdmit {
+			t.Fatalf("vip-2 after the refusal: %+v", d)
+		}
+	}
+	// The first seat outlives its TTL while refreshed, and is freed by
+	// the release.
+	e.now = clock0.Add(ms(DefaultPolicy().Pxstream.LeaseTTLMs) / 2)
+	if err := first.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.now = clock0.Add(ms(DefaultPolicy().Pxstream.LeaseTTLMs) + time.Second)
+	if u, _ := e.seats.Used(ctx, "gala", []string{"SFU", "SFU2"}, e.now); u["SFU"] != 1 || u["SFU2"] != 0 {
+		t.Fatalf("after one TTL: %v, want the refreshed seat only", u)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := e.seats.Used(ctx, "gala", []string{"SFU"}, e.now); u["SFU"] != 0 {
+		t.Fatalf("released seat still used: %v", u)
+	}
+}
+
 type failWriter struct{}
 
 func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
 func TestPxAuditFailureKeepsDenial(t *testing.T) {
 	clk := func() time.Time { return clock0 }
-	a := NewAdmitter(DefaultPolicy(), state.NewMemoryLeases(), state.NewMemoryBudgets(), nil, NewAuditor(failWriter{}, clk), clk, nil)
+	a := NewAdmitter(DefaultPolicy(), state.NewMemoryLeases(), state.NewMemoryBudgets(), nil, nil, NewAuditor(failWriter{}, clk), clk, nil)
 	r := pxReq("s", "u", "10.0.0.1")
 	r.EligiblePopUtilBP = []int{9000}
 	d, err := a.Admit(context.Background(), r)
@@ -285,5 +353,33 @@ func TestIdleTracker(t *testing.T) {
 	tr.Tick(at(100))
 	if tr.Next() != at(150) {
 		t.Fatal(tr.Next())
+	}
+}
+
+// TestConcertEvents: a concert's codec is normalised (default H264) and
+// its SFUs validated; every bad one is a typed ErrEvents naming it.
+func TestConcertEvents(t *testing.T) {
+	ev := func(concert string) string {
+		return `{"version":1,"events":[{"id":"gala","pop":"us-east-1","start":"2026-06-01T19:00:00Z","end":"2026-06-01T21:00:00Z","concert":` + concert + `}]}`
+	}
+	got, err := ParseEvents([]byte(ev(`{"codec":"vp8","sfus":[{"id":"SFU","seats":2},{"id":"SFU2","seats":3}]}`)))
+	if err != nil || got.Events[0].Concert.Codec != "VP8" ||
+		!slices.Equal(got.Events[0].Concert.SeatLimits(), []state.SeatLimit{{SFU: "SFU", Seats: 2}, {SFU: "SFU2", Seats: 3}}) {
+		t.Fatalf("concert: %+v %v", got, err)
+	}
+	if got, err := ParseEvents([]byte(ev(`{"sfus":[{"id":"SFU","seats":1}]}`))); err != nil || got.Events[0].Concert.Codec != "H264" {
+		t.Fatalf("default codec: %v", err)
+	}
+	for _, bad := range []string{
+		`{"codec":"MJPEG","sfus":[{"id":"SFU","seats":1}]}`,
+		`{"sfus":[]}`,
+		`{"sfus":[{"id":"","seats":1}]}`,
+		`{"sfus":[{"id":"SFU","seats":0}]}`,
+		`{"sfus":[{"id":"SFU","seats":1},{"id":"SFU","seats":1}]}`,
+		`{"sfus":[{"id":"SFU","seats":1}],"surprise":1}`,
+	} {
+		if _, err := ParseEvents([]byte(ev(bad))); !errors.Is(err, ErrEvents) {
+			t.Errorf("%s: %v, want ErrEvents", bad, err)
+		}
 	}
 }

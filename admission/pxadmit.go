@@ -28,12 +28,14 @@ const (
 	PxFallbackWalkUp       PxAction = "fallback-walkup"       // 503: concert walk-up pool full, take the fallback
 	PxFallbackBackpressure PxAction = "fallback-backpressure" // 503: every eligible POP >= 85 %, take the fallback
 	PxRejectAbuse          PxAction = "reject-abuse-ban"      // 403: the abuse classifier banned the subject (checked first)
+	PxFallbackSeats        PxAction = "fallback-concert-full" // 503: every SFU of the concert is full, take the fallback
 )
 
 var pxStatus = map[PxAction]int{
 	PxAdmit: http.StatusOK, PxRejectUserCap: http.StatusConflict, PxRejectNetworkCap: http.StatusTooManyRequests,
 	PxRejectBudget: http.StatusPaymentRequired, PxFallbackWalkUp: http.StatusServiceUnavailable,
 	PxFallbackBackpressure: http.StatusServiceUnavailable, PxRejectAbuse: http.StatusForbidden,
+	PxFallbackSeats: http.StatusServiceUnavailable,
 }
 
 // UserGrant lifts the per-user cap (verified instructors, editorial).
@@ -59,7 +61,15 @@ type PxRequest struct {
 	Grant               *UserGrant // nil: the policy cap
 	InstitutionApproved bool       // approved institution: institutional network cap
 	WalkUp              *WalkUp    // nil: not a walk-up of a running concert
+	Seat                *SeatPool  // nil: not a match for an SFU-fronted concert
 	EligiblePopUtilBP   []int      // utilisation of every eligible POP in range (basis points)
+}
+
+// SeatPool names a running concert's seats: the match takes one seat on
+// one of SFUs (fleet-wide, state.Seats) instead of a whole streamer.
+type SeatPool struct {
+	Event string
+	SFUs  []state.SeatLimit
 }
 
 // PxDecision is a typed admission answer.
@@ -69,14 +79,24 @@ type PxDecision struct {
 	Lease      *Lease // non-nil only for PxAdmit
 }
 
-// Lease is a held pair of concurrency leases (user, network).
+// Lease is a held pair of concurrency leases (user, network), plus a
+// walk-up pool's and a concert seat when the match took them.
 type Lease struct {
 	leases state.Leases
+	seats  state.Seats
 	holder string
 	keys   []string
+	seat   Seat // zero: no seat
 	ttl    time.Duration
 	now    func() time.Time
 	once   sync.Once
+}
+
+// Seat is a concert seat: the event (the seat pool) and the SFU seating
+// the session.
+type Seat struct {
+	Event string `json:"event,omitempty"`
+	SFU   string `json:"sfu,omitempty"`
 }
 
 // Holder is the lease holder (the Pixel Streaming session id).
@@ -85,22 +105,37 @@ func (l *Lease) Holder() string { return l.holder }
 // Keys are the lease's keys (user, network, and a walk-up pool's).
 func (l *Lease) Keys() []string { return slices.Clone(l.keys) }
 
-// Lease rebuilds a lease another edge granted (holder and keys from the
-// session's shared record), so the edge where the session streams keeps
-// and ends it.
-func (a *Admitter) Lease(holder string, keys []string) *Lease {
-	return &Lease{leases: a.leases, holder: holder, keys: slices.Clone(keys), ttl: ms(a.p.LeaseTTLMs), now: a.now}
+// Seat is the concert seat the lease holds (zero: none).
+func (l *Lease) Seat() Seat { return l.seat }
+
+// Lease rebuilds a lease another edge granted (holder, keys and seat from
+// the session's shared record), so the edge where the session streams
+// keeps and ends it.
+func (a *Admitter) Lease(holder string, keys []string, seat Seat) *Lease {
+	return &Lease{leases: a.leases, seats: a.seats, holder: holder, keys: slices.Clone(keys), seat: seat,
+		ttl: ms(a.p.LeaseTTLMs), now: a.now}
 }
 
-// Refresh keeps the lease alive; call it well within the lease TTL.
+// Refresh keeps the lease (and its seat) alive; call it well within the
+// lease TTL.
 func (l *Lease) Refresh(ctx context.Context) error {
-	return l.leases.Refresh(ctx, l.holder, l.keys, l.ttl, l.now())
+	now := l.now()
+	err := l.leases.Refresh(ctx, l.holder, l.keys, l.ttl, now)
+	if l.seat.SFU != "" && l.seats != nil {
+		err = errors.Join(err, l.seats.Refresh(ctx, l.seat.Event, l.seat.SFU, l.holder, l.ttl, now))
+	}
+	return err
 }
 
-// Release returns the lease (idempotent).
+// Release returns the lease and its seat (idempotent).
 func (l *Lease) Release(ctx context.Context) error {
 	var err error
-	l.once.Do(func() { err = l.leases.Release(ctx, l.holder, l.keys) })
+	l.once.Do(func() {
+		err = l.leases.Release(ctx, l.holder, l.keys)
+		if l.seat.SFU != "" && l.seats != nil {
+			err = errors.Join(err, l.seats.Release(ctx, l.seat.Event, l.seat.SFU, l.holder))
+		}
+	})
 	return err
 }
 
@@ -158,21 +193,23 @@ type Admitter struct {
 	p       *PxstreamPolicy  // immutable after New
 	leases  state.Leases     // immutable after New
 	budgets state.Budgets    // immutable after New
+	seats   state.Seats      // immutable after New; nil: no concert seats
 	audit   *Auditor         // immutable after New
 	now     func() time.Time // immutable after New
 	watch   *AbuseWatch      // immutable after New; nil: no abuse check
 	metrics *Metrics
 }
 
-// NewAdmitter returns an Admitter. watch may be nil (no abuse check).
-func NewAdmitter(p *Policy, leases state.Leases, budgets state.Budgets, watch *AbuseWatch, audit *Auditor, now func() time.Time, m *Metrics) *Admitter {
+// NewAdmitter returns an Admitter. watch may be nil (no abuse check);
+// seats may be nil (a concert match is then refused as full).
+func NewAdmitter(p *Policy, leases state.Leases, budgets state.Budgets, seats state.Seats, watch *AbuseWatch, audit *Auditor, now func() time.Time, m *Metrics) *Admitter {
 	if now == nil {
 		now = time.Now
 	}
 	if audit == nil {
 		audit = NewAuditor(nil, now)
 	}
-	return &Admitter{p: &p.Pxstream, leases: leases, budgets: budgets, watch: watch, audit: audit, now: now, metrics: m}
+	return &Admitter{p: &p.Pxstream, leases: leases, budgets: budgets, seats: seats, watch: watch, audit: audit, now: now, metrics: m}
 }
 
 // FreeMinutes is the free tier's daily budget in minutes.
@@ -184,9 +221,10 @@ func (a *Admitter) budgetKey(subject string, now time.Time) string {
 
 // Admit runs, in order: the abuse classifier (before any lease: a banned
 // subject is refused), per-user cap, per-network cap, free-tier daily
-// budget, concert walk-up pool, regional backpressure. A denial is audited
-// before it returns; an audit failure is returned alongside the denial. A
-// state error admits nothing.
+// budget, concert walk-up pool, a concert seat (Seat set: every match for
+// the concert, booked or not), regional backpressure (not for a seat: it
+// takes no GPU worker). A denial is audited before it returns; an audit
+// failure is returned alongside the denial. A state error admits nothing.
 func (a *Admitter) Admit(ctx context.Context, req PxRequest) (PxDecision, error) {
 	if req.SessionID == "" || req.Subject == "" || !req.ClientIP.IsValid() {
 		return PxDecision{}, fmt.Errorf("%w: session id, subject and client address are required", ErrBadRequest)
@@ -263,7 +301,7 @@ func (a *Admitter) Admit(ctx context.Context, req PxRequest) (PxDecision, error)
 				keys = append(keys, wk)
 			}
 		}
-		if act == "" && len(req.EligiblePopUtilBP) > 0 && !slices.ContainsFunc(req.EligiblePopUtilBP, func(u int) bool { return u < a.p.BackpressureBP }) {
+		if act == "" && req.Seat == nil && len(req.EligiblePopUtilBP) > 0 && !slices.ContainsFunc(req.EligiblePopUtilBP, func(u int) bool { return u < a.p.BackpressureBP }) {
 			act = PxFallbackBackpressure
 		}
 		if act != "" {
@@ -271,8 +309,25 @@ func (a *Admitter) Admit(ctx context.Context, req PxRequest) (PxDecision, error)
 			return deny(act)
 		}
 	}
+	var seat Seat
+	if req.Seat != nil {
+		sfu := ""
+		if a.seats != nil {
+			var err error
+			sfu, err = a.seats.Take(ctx, req.Seat.Event, req.SessionID, req.Seat.SFUs, ttl, now)
+			if err != nil {
+				release()
+				return PxDecision{}, fmt.Errorf("%w: %w", ErrStateUnavailable, err)
+			}
+		}
+		if sfu == "" {
+			release()
+			return deny(PxFallbackSeats, "event", req.Seat.Event)
+		}
+		seat = Seat{Event: req.Seat.Event, SFU: sfu}
+	}
 	return PxDecision{Action: PxAdmit, HTTPStatus: http.StatusOK,
-		Lease: &Lease{leases: a.leases, holder: req.SessionID, keys: keys, ttl: ttl, now: a.now}}, nil
+		Lease: &Lease{leases: a.leases, seats: a.seats, holder: req.SessionID, keys: keys, seat: seat, ttl: ttl, now: a.now}}, nil
 }
 
 // RecordUsage adds streamed minutes to a free-tier user's daily budget

@@ -15,6 +15,7 @@ import (
 
 	"github.com/oshun/egbe-edge/admission"
 	"github.com/oshun/egbe-edge/shard"
+	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
 	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/state/redisstate"
@@ -60,6 +61,7 @@ func (e *Edge) buildAdmission() error {
 		queue   state.Queue
 		tallies state.Tallies
 		kv      state.KV
+		seats   state.Seats
 	)
 	if conn := e.redis; conn != nil {
 		e.runners = append(e.runners, e.publishFleet)
@@ -67,6 +69,7 @@ func (e *Edge) buildAdmission() error {
 		budgets = redisstate.NewBudgets(conn)
 		tallies = redisstate.NewTallies(conn)
 		kv = redisstate.NewKV(conn, redisstate.KVAdmission)
+		seats = redisstate.NewSeats(conn)
 		// Only dev may create a fresh waiting room in an empty Redis: in prod
 		// an empty Redis is lost state and the room fails closed until an
 		// operator re-arms it.
@@ -77,7 +80,7 @@ func (e *Edge) buildAdmission() error {
 		queue = q
 	} else {
 		leases, budgets, queue = state.NewMemoryLeases(), state.NewMemoryBudgets(), state.NewMemoryQueue()
-		tallies, kv = state.NewMemoryTallies(), state.NewMemoryKV(now)
+		tallies, kv, seats = state.NewMemoryTallies(), state.NewMemoryKV(now), state.NewMemorySeats()
 	}
 	fleet := &fleetView{e: e}
 	m, err := admission.NewMetrics(e.reg)
@@ -111,12 +114,20 @@ func (e *Edge) buildAdmission() error {
 	e.runners = append(e.runners, func(ctx context.Context) error { return surge.Run(ctx, e.cfg.test.surgeEvery) })
 	watch := admission.NewAbuseWatch(policy, tallies, kv, audit, now, m)
 	ttl := time.Duration(policy.Pxstream.LeaseTTLMs) * time.Millisecond
-	px := &pxAdmission{a: admission.NewAdmitter(policy, leases, budgets, watch, audit, now, m), room: room, events: events,
-		watch: watch, meter: meter, m: m, kv: kv, now: now, edge: e.edgeID, ttl: ttl, every: max(ttl/3, time.Second),
-		log: e.logFor("pxstream-admission"), sessions: map[string]*pxSession{}}
+	every := max(ttl/3, time.Second)
 	if e.cfg.test.chargeEvery > 0 {
-		px.every = e.cfg.test.chargeEvery
+		every = e.cfg.test.chargeEvery
 	}
+	pxa := admission.NewAdmitter(policy, leases, budgets, seats, watch, audit, now, m)
+	// One reconnect grace for the session's lease and the broker's
+	// streamer lease: signalling's LeaseGrace (buildPxstream gives the
+	// broker this same value).
+	sessions, err := admission.NewPxSessions(admission.PxSessionsConfig{Edge: e.edgeID, Every: every, Grace: signalling.Default().LeaseGrace},
+		admission.PxSessionsDeps{Admitter: pxa, Watch: watch, Meter: meter, KV: kv, Now: now, Logger: e.logFor("pxstream-admission")})
+	if err != nil {
+		return err
+	}
+	px := &pxAdmission{a: pxa, seats: seats, room: room, events: events, m: m, sessions: sessions, now: now}
 	resolver := admission.NewResolver(policy, fleet, now, m)
 	a := &admissionPlane{
 		policy:    policy,
@@ -131,7 +142,7 @@ func (e *Edge) buildAdmission() error {
 	e.admitter = &realtimeAdmission{keep: keeper}
 	e.runners = append(e.runners, keeper.Run)
 	e.pxAdmitter = a.px
-	e.runners = append(e.runners, a.px.run)
+	e.runners = append(e.runners, sessions.Run)
 	e.adm = a
 	return nil
 }

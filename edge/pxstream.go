@@ -53,6 +53,9 @@ func (e *Edge) buildPxstream() error {
 		// signalling config will carry (same subject, same expiry).
 		mdeps.ICEServers = e.sessionICEServers
 	}
+	if e.adm != nil {
+		mdeps.Seats = e.adm.px // concert seats on the dashboard
+	}
 	mm, err := matchmaker.New(mcfg, mdeps)
 	if err != nil {
 		return err
@@ -61,6 +64,11 @@ func (e *Edge) buildPxstream() error {
 	scfg := signalling.Default()
 	scfg.Auth = e.cfg.PxstreamAuth
 	scfg.MaxPlayers = e.cfg.MaxPlayers
+	if e.adm != nil {
+		// One grace: the session's admission lease and the broker's
+		// streamer lease let go together.
+		scfg.LeaseGrace = e.adm.px.sessions.Grace()
+	}
 	if e.cfg.Mode == ModeDev {
 		scfg.DefaultPOP = devStreamerPOP
 	}
@@ -116,7 +124,7 @@ func (e *Edge) buildPxstream() error {
 	}
 	fleet.Reg = srv.Registry()
 	if e.adm != nil {
-		e.adm.px.ender = srv // budget and ban ends
+		e.adm.px.sessions.SetEnder(brokerEnder{srv}) // budget and ban ends
 	}
 
 	e.mainMux.Handle(mcfg.SignallingPath, srv.PlayerHandler())

@@ -135,7 +135,7 @@ var settings = []setting{
 		help:  "POP topology: RTT maps, residency, quotas (default: the shipped GA topology)",
 		field: func(c *Config) any { return &c.PxstreamTopology }},
 	{group: groupPxstream, flag: "pxstream-events", env: "EGBE_PXSTREAM_EVENTS", key: "pxstream_events", arg: "FILE",
-		help:  "events: concert walk-up pools and reserved sessions, booked attendees, cap grants, institutional networks",
+		help:  "events: concert walk-up pools and reserved sessions, SFU seats of concerts, booked attendees, cap grants, institutional networks",
 		field: func(c *Config) any { return &c.PxstreamEvents }},
 	{group: groupPxstream, flag: "max-players", env: "EGBE_MAX_PLAYERS", key: "max_players", arg: "N",
 		help:  "players per streamer (0: unlimited)",

@@ -23,6 +23,9 @@ func TestMemoryContracts(t *testing.T) {
 	t.Run("budgets", func(t *testing.T) { statetest.BudgetsContract(t, state.NewMemoryBudgets()) })
 	t.Run("kv", func(t *testing.T) { statetest.KVContract(t, state.NewMemoryKV(nil)) })
 	t.Run("tallies", func(t *testing.T) { statetest.TalliesContract(t, state.NewMemoryTallies()) })
+	t.Run("seats", func(t *testing.T) {
+		statetest.SeatsContract(t, func(*testing.T) state.Seats { return state.NewMemorySeats() }, false)
+	})
 	t.Run("revocations", func(t *testing.T) {
 		statetest.RevocationsContract(t, state.NewMemoryRevocations(nil), state.NewMemoryKV(nil), nil)
 	})

@@ -8,7 +8,8 @@
 //
 // The stores:
 //   - admission: concurrency leases (Leases), usage budgets (Budgets),
-//     expiring counters (Tallies), the virtual waiting room (Queue);
+//     expiring counters (Tallies), the virtual waiting room (Queue),
+//     concert seats per SFU (Seats);
 //   - expiring values (KV): admission records, realtime session pins;
 //   - resume-token revocations and their notices (Revocations,
 //     RevocationNotices);

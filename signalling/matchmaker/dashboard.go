@@ -1,6 +1,9 @@
 package matchmaker
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Dashboard is the operator payload of GET /api/v3/pxstream/pop-capacity/dashboard.
 type Dashboard struct {
@@ -9,6 +12,36 @@ type Dashboard struct {
 	ForecastHorizonDays int            `json:"forecast_horizon_days"`
 	Totals              DashboardTotal `json:"totals"`
 	POPs                []DashboardPOP `json:"pops"`
+	// Concerts are the seats of SFU-fronted concerts (Deps.Seats; absent
+	// without it). ConcertsError says the seat store could not be read.
+	Concerts      []DashboardConcert `json:"concerts,omitempty"`
+	ConcertsError string             `json:"concerts_error,omitempty"`
+}
+
+// SeatBoard reports concert seats for the dashboard (the edge reads them
+// from the fleet's seat store).
+type SeatBoard interface {
+	Concerts(ctx context.Context) ([]DashboardConcert, error)
+}
+
+// DashboardConcert is one concert's seats.
+type DashboardConcert struct {
+	EventID string `json:"event_id"`
+	POP     string `json:"pop_id"`
+	Codec   string `json:"codec"`
+	// Running: inside the event's window (pre-warm included), when
+	// matches for it take seats.
+	Running  bool                  `json:"running"`
+	Used     int                   `json:"seats_used"`
+	Capacity int                   `json:"seats_capacity"`
+	SFUs     []DashboardConcertSFU `json:"sfus"`
+}
+
+// DashboardConcertSFU is one SFU's seats.
+type DashboardConcertSFU struct {
+	ID       string `json:"sfu_id"`
+	Used     int    `json:"seats_used"`
+	Capacity int    `json:"seats_capacity"`
 }
 
 // DashboardTotal sums the POP rows.

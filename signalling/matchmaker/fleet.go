@@ -113,6 +113,19 @@ type Decision struct {
 	// streamer could be leased, the token could not be minted), so
 	// admission can return what it reserved for Request.SessionID.
 	Release func()
+	// Seat, when set, says admission seated this request on an SFU of a
+	// concert: the match leases no streamer, and the session token names
+	// the SFU as the streamer to subscribe to.
+	Seat *Seat
+}
+
+// Seat is a concert seat admission took: the SFU (its streamer id on the
+// player side) at a POP, streaming a codec.
+type Seat struct {
+	Event string // the concert's event id
+	POP   string
+	SFU   string
+	Codec string
 }
 
 // Reason is a typed refusal code; each maps to one HTTP status.

@@ -50,6 +50,15 @@ type matchResponse struct {
 	// ICEServers is {"iceServers":[...]} with TURN credentials for this
 	// session (Deps.ICEServers); absent when the edge hands out none.
 	ICEServers json.RawMessage `json:"ice_servers,omitempty"`
+	// Seat is present for a concert match only: streamer_id is then the
+	// SFU's id (subscribe to it as to a streamer).
+	Seat *seatResponse `json:"seat,omitempty"`
+}
+
+// seatResponse is a concert match's seat.
+type seatResponse struct {
+	EventID string `json:"event_id"`
+	SFUID   string `json:"sfu_id"`
 }
 
 // refusalResponse is every non-200 body.
@@ -91,7 +100,12 @@ func (m *Matchmaker) serveMatch(w http.ResponseWriter, r *http.Request) {
 			ice = nil // never break the answer
 		}
 	}
+	var seat *seatResponse
+	if res.Seat != nil {
+		seat = &seatResponse{EventID: res.Seat.Event, SFUID: res.Seat.SFU}
+	}
 	httpjson.Write(w, http.StatusOK, matchResponse{
+		Seat:               seat,
 		SessionID:          res.SessionID,
 		POPID:              res.POP,
 		StreamerID:         res.StreamerID,
@@ -231,5 +245,14 @@ func (m *Matchmaker) serveDashboard(w http.ResponseWriter, r *http.Request) {
 		m.writeRefusal(w, refuse(ReasonMethodNotAllowed, http.StatusMethodNotAllowed, "use GET"))
 		return
 	}
-	httpjson.Write(w, http.StatusOK, m.Dashboard())
+	d := m.Dashboard()
+	if m.seats != nil {
+		cs, err := m.seats.Concerts(r.Context())
+		if err != nil {
+			m.log.Warn("concert seats for the dashboard", "err", err)
+			d.ConcertsError = "seat store unavailable"
+		}
+		d.Concerts = cs
+	}
+	httpjson.Write(w, http.StatusOK, d)
 }

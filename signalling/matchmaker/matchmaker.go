@@ -108,6 +108,8 @@ type Deps struct {
 	// (its session id when the request names no one), the session token's
 	// expiry and the Host the request reached.
 	ICEServers func(subject string, tokenExpiry time.Time, host string) json.RawMessage
+	// Seats, when set, adds concert seats to the dashboard.
+	Seats SeatBoard
 }
 
 // Matchmaker selects POPs and leases streamers.
@@ -121,6 +123,7 @@ type Matchmaker struct {
 	now      func() time.Time // immutable after New
 	metrics  *metrics         // immutable after New
 	popIndex map[string]int   // immutable after New: POP id -> topo.POPs index
+	seats    SeatBoard        // immutable after New; nil: no concerts
 
 	// ice is Deps.ICEServers (immutable after New; nil = none).
 	ice func(subject string, tokenExpiry time.Time, host string) json.RawMessage
@@ -137,6 +140,7 @@ type Matchmaker struct {
 type leaseRec struct {
 	codec, pop, streamer string
 	forget               time.Time
+	seat                 bool // a concert seat: no streamer leased
 }
 
 type leaseKey struct {
@@ -161,7 +165,7 @@ func New(cfg Config, deps Deps) (*Matchmaker, error) {
 	}
 	m := &Matchmaker{
 		cfg: cfg, topo: topo, fleet: deps.Fleet, signer: deps.Signer, admitter: deps.Admitter,
-		log: deps.Logger, now: deps.Now, leases: make(map[string]leaseRec), ice: deps.ICEServers,
+		log: deps.Logger, now: deps.Now, leases: make(map[string]leaseRec), ice: deps.ICEServers, seats: deps.Seats,
 		popIndex: make(map[string]int, len(topo.POPs)),
 	}
 	if m.log == nil {
@@ -197,6 +201,8 @@ type Match struct {
 	QueuePosition int
 	RTTMs         int
 	Score         int64
+	// Seat is set for a concert match: StreamerID is the SFU's id.
+	Seat *Seat
 }
 
 // codec indices for the fixed per-POP counters.
@@ -562,9 +568,17 @@ func (m *Matchmaker) Match(ctx context.Context, req Request) (Match, error) {
 			dec.Release()
 		}
 	}()
-	cands = m.rank(cands, dec, req.Entitlement != EntitlementPaid, rejected)
 	ttl := auth.ClampPxSessionTTL(m.cfg.SessionTTL)
 	until := now.Add(ttl)
+	if dec.Seat != nil {
+		res, rf := m.matchSeat(&req, dec, cands, rejected, now, ttl)
+		if rf != nil {
+			return Match{}, m.refused(rf)
+		}
+		admitted = true
+		return res, nil
+	}
+	cands = m.rank(cands, dec, req.Entitlement != EntitlementPaid, rejected)
 	for i := range cands {
 		c := &cands[i]
 		streamer, err := m.fleet.LeaseIdle(c.pop.ID, c.codec, sid, until)
@@ -610,6 +624,63 @@ func (m *Matchmaker) Match(ctx context.Context, req Request) (Match, error) {
 	return Match{}, m.refused(rf)
 }
 
+// matchSeat completes a concert match: admission took a seat on an SFU,
+// so no streamer is leased. The concert's POP must still be one this
+// client may use (health, residency, RTT within budget) and the player
+// must accept the stream's codec; the worker-capacity checks (idle
+// streamer, session slots, paid headroom, backpressure) do not apply, as
+// a seat takes no GPU worker.
+func (m *Matchmaker) matchSeat(req *Request, dec Decision, cands []candidate, rejected []string, now time.Time, ttl time.Duration) (Match, *Refusal) {
+	seat := dec.Seat
+	noPOP := func(why string) *Refusal {
+		rf := refuse(ReasonNoPOPAvailable, http.StatusServiceUnavailable, "concert %s at %s cannot serve %s", seat.Event, seat.POP, req.ClientRegion)
+		rf.Rejected = map[string]string{seat.POP: why}
+		return rf
+	}
+	i, ok := m.popIndex[seat.POP]
+	if !ok {
+		return Match{}, noPOP(rejectHealth)
+	}
+	var c *candidate
+	for j := range cands {
+		if cands[j].pop.ID == seat.POP {
+			c = &cands[j]
+		}
+	}
+	if c == nil {
+		switch why := rejected[i]; why {
+		case rejectHealth, rejectResidency, rejectRTT, rejectLatency, rejectCodec:
+			return Match{}, noPOP(why)
+		}
+		// Rejected for worker capacity only: rebuild what the score needs.
+		p := &m.topo.POPs[i]
+		_, home := residency(m.topo.Regions[req.ClientRegion], p.Residency, req.CrossRegionConsent)
+		c = &candidate{pop: p, rtt: p.RTTMs[req.ClientRegion], home: home}
+	}
+	if !slices.Contains(req.Codecs, seat.Codec) || !slices.Contains(c.pop.Codecs, seat.Codec) {
+		return Match{}, noPOP(rejectCodec)
+	}
+	sid := req.SessionID
+	tok, err := m.signer.IssuePxSession(auth.PxSession{
+		SessionID: sid, Subject: req.Subject, POP: seat.POP, Codec: seat.Codec, StreamerID: seat.SFU,
+	}, ttl)
+	if err != nil {
+		m.log.Error("mint session token", "err", err)
+		return Match{}, refuse(ReasonInternal, http.StatusInternalServerError, "cannot mint session token")
+	}
+	until := now.Add(ttl)
+	m.remember(sid, leaseRec{codec: seat.Codec, pop: seat.POP, streamer: seat.SFU, forget: until.Add(m.cfg.LeaseMemory), seat: true}, now)
+	m.metrics.matched(seat.POP, seat.Codec)
+	res := Match{
+		SessionID: sid, POP: seat.POP, StreamerID: seat.SFU, Codec: seat.Codec, Token: tok,
+		ExpiresAt: until, QueuePosition: dec.Queued[seat.POP], RTTMs: c.rtt, Seat: seat,
+	}
+	if dec.Matched != nil {
+		dec.Matched(res)
+	}
+	return res, nil
+}
+
 func (m *Matchmaker) refused(r *Refusal) *Refusal {
 	m.metrics.refused(r.Reason)
 	return r
@@ -617,11 +688,14 @@ func (m *Matchmaker) refused(r *Refusal) *Refusal {
 
 // Release ends a session's lease early (the player gave up).
 func (m *Matchmaker) Release(sessionID string) {
-	m.fleet.Release(sessionID)
 	m.mu.Lock()
 	rec, ok := m.leases[sessionID]
 	delete(m.leases, sessionID)
 	m.mu.Unlock()
+	if ok && rec.seat {
+		return // a concert seat: no streamer is leased (admission frees the seat)
+	}
+	m.fleet.Release(sessionID)
 	if !ok {
 		return
 	}

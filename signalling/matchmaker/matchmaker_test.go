@@ -748,3 +748,53 @@ func TestHeldBackAndQueued(t *testing.T) {
 		t.Fatalf("all held back: %+v", rf)
 	}
 }
+
+// TestSeatMatch: with a seat from admission the match leases no streamer
+// (none is idle at the concert's POP), the token names the SFU, the
+// answer carries the seat; the POP must still suit the client (residency,
+// RTT) and the player must take the concert's codec, or the match is
+// no_pop_available and admission's Release runs.
+func TestSeatMatch(t *testing.T) {
+	released := 0
+	adm := &refuser{}
+	r := newRig(t, nil, adm)
+	seat := func(pop, codec string) Decision {
+		return Decision{Seat: &Seat{Event: "gala", POP: pop, SFU: "SFU2", Codec: codec}, Release: func() { released++ }}
+	}
+	adm.d = seat("us-east-1", "H264")
+	rec := post(t, r.m, `{"client_region":"us-east","codecs":["AV1","H264"],"entitlement":"free"}`, nil)
+	var body map[string]any
+	_ = json.Unmarshal(rec.Body.Bytes(), &body)
+	st, _ := body["seat"].(map[string]any)
+	if rec.Code != 200 || body["streamer_id"] != "SFU2" || body["codec"] != "H264" || body["pop_id"] != "us-east-1" ||
+		st["event_id"] != "gala" || st["sfu_id"] != "SFU2" {
+		t.Fatalf("seat match: %d %s", rec.Code, rec.Body)
+	}
+	tok, _ := body["token"].(string)
+	sess, err := r.signer.VerifyPxSession(tok)
+	if err != nil || sess.StreamerID != "SFU2" || sess.Codec != "H264" {
+		t.Fatalf("token %+v %v", sess, err)
+	}
+	if n := r.m.Dashboard().Totals.Sessions; n != 0 {
+		t.Fatalf("a seat leased a streamer: %d sessions", n)
+	}
+	for _, tc := range []struct {
+		name, region, pop, codec, why string
+	}{
+		{"eu client, us concert", "de", "us-east-1", "H264", "residency"},
+		{"codec the player lacks", "us-east", "us-east-1", "VP9", "codec_unsupported"},
+		{"unknown POP", "us-east", "mars-1", "H264", "not_accepting"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := released
+			adm.d = seat(tc.pop, tc.codec)
+			_, err := r.m.Match(context.Background(), req(tc.region, "free", false, "H264"))
+			if rf := refusalOf(t, err); rf.Reason != ReasonNoPOPAvailable || rf.Rejected[tc.pop] != tc.why {
+				t.Fatalf("%+v, want no_pop_available %s", rf, tc.why)
+			}
+			if released != before+1 {
+				t.Fatal("admission's seat not released")
+			}
+		})
+	}
+}

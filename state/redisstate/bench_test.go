@@ -79,3 +79,58 @@ func BenchmarkQueue(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSeats is concert seat leases on one real Redis (and memory):
+// each op takes a seat for a new holder (one script: the SFU with the
+// most free seats of four) and gives it back, as a session that comes and
+// goes; reports seat leases per second and the take's p99.
+func BenchmarkSeats(b *testing.B) {
+	srv := redistest.StartServer(b)
+	ctx := context.Background()
+	sfus := []state.SeatLimit{{SFU: "SFU", Seats: 250}, {SFU: "SFU2", Seats: 250}, {SFU: "SFU3", Seats: 250}, {SFU: "SFU4", Seats: 250}}
+	for _, name := range []string{"memory", "redis"} {
+		for _, par := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/parallel=%d", name, par), func(b *testing.B) {
+				var s state.Seats = state.NewMemorySeats()
+				if name == "redis" {
+					c := testRedis(b, &redis.Options{Addr: srv.Addr, PoolSize: 64})
+					c.Client().FlushAll(ctx)
+					s = NewSeats(c)
+				}
+				var seq atomic.Int64
+				var mu sync.Mutex
+				var lat []time.Duration
+				b.SetParallelism(par)
+				b.ReportAllocs()
+				start := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					local := make([]time.Duration, 0, 1024)
+					for pb.Next() {
+						h := fmt.Sprintf("s%d", seq.Add(1))
+						st := time.Now()
+						sfu, err := s.Take(ctx, "gala", h, sfus, time.Minute, time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+						if err != nil || sfu == "" {
+							b.Errorf("take: %q %v", sfu, err)
+							return
+						}
+						local = append(local, time.Since(st))
+						if err := s.Release(ctx, "gala", sfu, h); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+					mu.Lock()
+					lat = append(lat, local...)
+					mu.Unlock()
+				})
+				el := time.Since(start)
+				if len(lat) == 0 {
+					return
+				}
+				slices.Sort(lat)
+				b.ReportMetric(float64(len(lat))/el.Seconds(), "leases/s")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "take-p99-ms")
+			})
+		}
+	}
+}

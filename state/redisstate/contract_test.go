@@ -48,6 +48,18 @@ func redisContracts(t *testing.T, open func(t *testing.T) *Conn) {
 	t.Run("budgets", func(t *testing.T) { statetest.BudgetsContract(t, NewBudgets(fresh(t))) })
 	t.Run("kv", func(t *testing.T) { statetest.KVContract(t, NewKV(fresh(t), "test:kv:")) })
 	t.Run("tallies", func(t *testing.T) { statetest.TalliesContract(t, NewTallies(fresh(t))) })
+	t.Run("seats", func(t *testing.T) {
+		// The first store of a subtest gets an emptied data set, the
+		// second (the other edge of the race) the same data.
+		seen := map[*testing.T]bool{}
+		statetest.SeatsContract(t, func(t *testing.T) state.Seats {
+			if !seen[t] {
+				seen[t] = true
+				return NewSeats(fresh(t))
+			}
+			return NewSeats(open(t))
+		}, true)
+	})
 	t.Run("revocations", func(t *testing.T) {
 		r := fresh(t)
 		rtt := &roundTrips{}

@@ -26,6 +26,11 @@ package redisstate
 //	egbe:tally:<key>                   hash   expiring counters (abuse signals, surge samples), PEXPIRE
 //	egbe:adm:<key>                     string admission KV (KVAdmission), PEXPIRE
 //
+// Concert seats (seats.go): one tag per concert, so a take over every SFU
+// of the concert is one script in one slot.
+//
+//	{egbeseat:<event>}:<sfu>           zset   holder -> seat deadline (the caller's clock), PEXPIRE to the last
+//
 // Realtime sessions (kv.go, revocations.go, shards.go):
 //
 //	egbe:pin:<session>                 string session pin (KVPins), PEXPIRE
@@ -59,6 +64,7 @@ const (
 	leaseTag    = "{egbel}:"
 	budgetSpace = "egbe:budget:"
 	tallySpace  = "egbe:tally:"
+	seatTag     = "{egbeseat:"
 
 	// KVAdmission is the key prefix of the admission plane's KV.
 	KVAdmission = "egbe:adm:"

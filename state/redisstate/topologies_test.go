@@ -33,7 +33,7 @@ func TestRedisTopologies(t *testing.T) {
 			// The tags of the different stores land on different masters,
 			// so the suite really crosses nodes.
 			nodes := map[string]bool{}
-			for _, k := range []string{queueTag + "meta", leaseTag + "x", edgesAlive, pxIDsKey, shardsIndex, budgetSpace + "x", "test:kv:k"} {
+			for _, k := range []string{queueTag + "meta", leaseTag + "x", seatKey("x", "SFU"), edgesAlive, pxIDsKey, shardsIndex, budgetSpace + "x", "test:kv:k"} {
 				m, err := cc.MasterForKey(context.Background(), k)
 				if err != nil {
 					t.Fatal(err)
