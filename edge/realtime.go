@@ -117,17 +117,18 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 	var shards state.ShardDirectory
 	if e.rdb != nil {
 		// Shared pins let a client whose edge died resume on any other edge.
-		pins = shard.NewStatePins(state.NewRedisKV(e.rdb, "egbe:pin:"), scfg.PinTTL)
+		pins = shard.NewStatePins(state.NewRedisKV(e.rdb, "egbe:pin:"), scfg.PinTTL, e.cfg.clock())
 		// A revocation made on any edge holds on every edge. On the pins'
 		// client, a resume reads its pin and its revocation in one
 		// pipeline (state.GetRevoked): no extra round trip.
-		revs = state.NewRedisRevocations(e.rdb, nil)
+		revs = state.NewRedisRevocations(e.rdb, e.cfg.clock())
 		// The shared directory lets an edge with no --shard serve every
 		// instance of the fleet (shard/discovery.go).
 		shards = state.NewRedisShardDirectory(e.rdb)
 	}
 	gw, err := shard.NewGateway(scfg, shard.Deps{
 		Signer:        e.signer,
+		Now:           e.cfg.clock(), // the signer's clock: pins and tokens expire together
 		Pins:          pins,
 		Revocations:   revs,
 		Shards:        shards,

@@ -19,7 +19,7 @@ func TestResumeOnAnotherEdgeOverRedis(t *testing.T) {
 	addr, _ := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	pins := func() PinStore { return NewStatePins(state.NewRedisKV(rdb, "egbe:pin:"), time.Minute) }
+	pins := func() PinStore { return NewStatePins(state.NewRedisKV(rdb, "egbe:pin:"), time.Minute, nil) }
 
 	e := newTestEnv(t, nil, shardSpec{id: "s1", instances: []string{"orun-grove"}, agents: 10})
 	a := e.newGateway(t, Deps{Pins: pins()})

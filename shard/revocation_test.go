@@ -62,7 +62,7 @@ func pingPong(c *tclient, n uint64) {
 func TestRevocation(t *testing.T) {
 	e := newTestEnv(t, func(c *Config) { c.PinTTL = 3 * time.Second },
 		shardSpec{id: "s1", instances: []string{"orun-grove"}, agents: 10})
-	pins, revs := NewMemoryPins(), state.NewMemoryRevocations(e.clock.Now)
+	pins, revs := NewMemoryPins(e.clock.Now), state.NewMemoryRevocations(e.clock.Now)
 	a := e.newGateway(t, Deps{Pins: pins, Revocations: revs})
 	b := e.newGateway(t, Deps{Pins: pins, Revocations: revs})
 	if ttl := a.RevocationTTL(); ttl != time.Hour {
@@ -220,7 +220,7 @@ func TestRevocationOverRedis(t *testing.T) {
 		shardSpec{id: "s1", instances: []string{"orun-grove"}, agents: 10})
 	deps := func(rdb *redis.Client) Deps {
 		return Deps{
-			Pins:        NewStatePins(state.NewRedisKV(rdb, "egbe:pin:"), e.g.cfg.PinTTL),
+			Pins:        NewStatePins(state.NewRedisKV(rdb, "egbe:pin:"), e.g.cfg.PinTTL, e.clock.Now),
 			Revocations: state.NewRedisRevocations(rdb, e.clock.Now),
 			Admit:       leaseAdmitter{state.NewRedisLeases(rdb)},
 		}
