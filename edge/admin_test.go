@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"encoding/json"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"net/http"
 	"strings"
@@ -144,7 +145,7 @@ func TestAdminRefusesUnauthenticatedAndCrossSite(t *testing.T) {
 	if status, code := te.adminDo(t, "POST", revoke, `{"reason":"admin test"}`, same...); status != http.StatusOK {
 		t.Fatalf("operator revoke: %d %q", status, code)
 	}
-	waitUntil(t, 10*time.Second, "the revoked session to end", func() bool { _, ok := te.rt.gw.Session(sid); return !ok })
+	testwait.Within(t, 10*time.Second, "the revoked session to end", func() bool { _, ok := te.rt.gw.Session(sid); return !ok })
 }
 
 // opsSessions reads GET /ops/sessions as an operator.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"net/http"
 	"os"
@@ -331,7 +332,7 @@ func (te *testEdge) rawStreamers(t testing.TB, prefix, pop string, n int) []*raw
 	for i := range out {
 		out[i] = te.rawStreamer(t, prefix+strconv.Itoa(i), pop)
 	}
-	waitUntil(t, 20*time.Second, "streamers registered", func() bool {
+	testwait.Within(t, 20*time.Second, "streamers registered", func() bool {
 		for _, row := range te.px.mm.Dashboard().POPs {
 			if row.ID == pop {
 				return row.Registered >= n
@@ -383,7 +384,7 @@ func play(t *testing.T, match map[string]any) *player {
 	}()
 	t.Cleanup(func() { ws.Close(); <-p.done })
 	_ = ws.WriteJSON(map[string]any{"type": "subscribe", "streamerId": match["streamer_id"]})
-	waitUntil(t, 20*time.Second, "the streamer's offer", func() bool { return p.got("offer") != nil })
+	testwait.Within(t, 20*time.Second, "the streamer's offer", func() bool { return p.got("offer") != nil })
 	return p
 }
 

@@ -3,6 +3,7 @@ package edge
 import (
 	"encoding/base64"
 	"encoding/json"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"net/http"
 	"strings"
@@ -83,7 +84,7 @@ func TestReadinessDropsOnShutdown(t *testing.T) {
 	te := startEdge(t, nil)
 	te.cancel()
 	te.cancel = nil
-	waitUntil(t, 10*1e9, "readyz to turn unready or close", func() bool {
+	testwait.Within(t, 10*1e9, "readyz to turn unready or close", func() bool {
 		resp, err := http.Get(te.adminURL("/readyz"))
 		if err != nil {
 			return true // listener closed

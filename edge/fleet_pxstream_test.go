@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"encoding/json"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http"
 	"strings"
 	"testing"
@@ -36,7 +37,7 @@ func TestFleetPxstream(t *testing.T) {
 		StreamerID    string `json:"streamer_id"`
 		SignallingURL string `json:"signalling_url"`
 	}
-	waitUntil(t, 30*time.Second, "edge A to lease a streamer registered on edge B", func() bool {
+	testwait.Within(t, 30*time.Second, "edge A to lease a streamer registered on edge B", func() bool {
 		code, body := match(a)
 		if code != http.StatusOK {
 			return false
@@ -95,7 +96,7 @@ func TestFleetPxstream(t *testing.T) {
 	if _, err := c.Hello(ctx, helloFor(b.devToken(t, "seen-from-a"))); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 15*time.Second, "edge A's fleet view to count both edges and B's session", func() bool {
+	testwait.Within(t, 15*time.Second, "edge A's fleet view to count both edges and B's session", func() bool {
 		resp, err := http.Get(a.adminURL("/ops/metrics.json"))
 		if err != nil {
 			return false

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"log/slog"
 	"net"
@@ -29,7 +30,7 @@ func startEdgeTimeouts(t *testing.T, public, admin httpTimeouts) *testEdge {
 	te := &testEdge{Edge: e, addrs: e.Addrs(), cancel: cancel, done: make(chan error, 1)}
 	go func() { te.done <- e.Run(ctx) }()
 	t.Cleanup(func() { te.stop(t) })
-	waitUntil(t, 20*time.Second, "edge ready", func() bool {
+	testwait.Within(t, 20*time.Second, "edge ready", func() bool {
 		resp, err := http.Get(te.adminURL("/readyz"))
 		if err != nil {
 			return false

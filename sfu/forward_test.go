@@ -1,6 +1,7 @@
 package sfu
 
 import (
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -146,7 +147,7 @@ func TestSlowListenerQueue(t *testing.T) {
 	if inFanout > time.Second {
 		t.Fatalf("fan-out of %d packets took %v", n, inFanout)
 	}
-	waitFor(t, 2*time.Second, "fast listener gets the last packet", func() bool { return fast.last.Load() == n })
+	testwait.Within(t, 2*time.Second, "fast listener gets the last packet", func() bool { return fast.last.Load() == n })
 	if got := testutil.ToFloat64(s.m.dropped[dropQueueFull]); got < n-20 {
 		t.Fatalf("queue_full drops = %v, want about %d", got, n-9)
 	}

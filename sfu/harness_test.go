@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -368,18 +369,6 @@ func (c *client) reset() {
 	c.mu.Unlock()
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // expectHearing resets counts, waits until every expected (listener,
 // speaker) pair has received n packets, then asserts that no listener
 // received from any speaker outside its expected set in that window.
@@ -397,7 +386,7 @@ func expectHearing(t *testing.T, clients []*client, want map[*client][]byte) {
 			}
 		}
 	}()
-	waitFor(t, 10*time.Second, "expected speakers to start", func() bool {
+	testwait.Within(t, 10*time.Second, "expected speakers to start", func() bool {
 		for l, sps := range want {
 			got := l.snapshot()
 			for _, sp := range sps {
@@ -411,7 +400,7 @@ func expectHearing(t *testing.T, clients []*client, want map[*client][]byte) {
 	for _, c := range clients {
 		c.reset()
 	}
-	waitFor(t, 10*time.Second, "expected speakers to arrive", func() bool {
+	testwait.Within(t, 10*time.Second, "expected speakers to arrive", func() bool {
 		for l, sps := range want {
 			got := l.snapshot()
 			for _, sp := range sps {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"slices"
 	"sync"
 	"testing"
@@ -75,7 +76,7 @@ func observe(t *testing.T, addr, instance string) *observer {
 func (o *observer) world(t *testing.T, seq uint64) *codec.World {
 	t.Helper()
 	var w *codec.World
-	waitFor(t, fmt.Sprintf("observer has snapshot %d", seq), func() bool {
+	testwait.For(t, fmt.Sprintf("observer has snapshot %d", seq), func() bool {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		w = o.worlds[seq]

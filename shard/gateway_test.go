@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"os"
 	"testing"
 
@@ -46,7 +47,7 @@ func TestSessionEndToEnd(t *testing.T) {
 		t.Fatalf("applied %v", got)
 	}
 	_ = tc.c.Close(1000, "bye")
-	waitFor(t, "session gone", func() bool { return e.g.Sessions() == 0 })
+	testwait.For(t, "session gone", func() bool { return e.g.Sessions() == 0 })
 }
 
 // TestSnapshotLaneBySize: snapshots go on the unreliable lane when they fit

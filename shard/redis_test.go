@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ func TestResumeOnAnotherEdgeOverRedis(t *testing.T) {
 	c1.sendActions(1, 3)
 	c1.until("ack 3", func(env *codec.ServerEnvelope) bool { return env.GetActionAck().GetActionId() == 3 })
 	_ = c1.c.Close(1006, "edge A lost")
-	waitFor(t, "session gone from A", func() bool { return a.Sessions() == 0 })
+	testwait.For(t, "session gone from A", func() bool { return a.Sessions() == 0 })
 
 	c2 := e.serveOn(b, "websocket", false)
 	h := e.hello("ada", "")

@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"errors"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"slices"
 	"strings"
 	"sync"
@@ -78,7 +79,7 @@ func TestRevocation(t *testing.T) {
 	gone := e.serveOn(a, "websocket", false)
 	hGone := gone.handshake(e.hello("dee", "orun-grove"))
 	_ = gone.c.Close(1006, "network lost")
-	waitFor(t, "dee's session gone", func() bool { _, ok := a.Session(hGone.SessionId); return !ok })
+	testwait.For(t, "dee's session gone", func() bool { _, ok := a.Session(hGone.SessionId); return !ok })
 
 	t.Run("disconnected session cannot resume anywhere", func(t *testing.T) {
 		until, here, err := b.Revoke(context.Background(), hGone.SessionId)
@@ -110,7 +111,7 @@ func TestRevocation(t *testing.T) {
 		}
 		remote.t = t
 		expectEnded(t, remote, codec.CodeResumeRevoked)
-		waitFor(t, "cy's session gone from a", func() bool { _, ok := a.Session(hRemote.SessionId); return !ok })
+		testwait.For(t, "cy's session gone from a", func() bool { _, ok := a.Session(hRemote.SessionId); return !ok })
 		e.expectRefused(t, b, e.resumeHello("cy", hRemote.ResumeToken), codec.CodeResumeRevoked)
 	})
 
@@ -122,7 +123,7 @@ func TestRevocation(t *testing.T) {
 		c.t = t
 		h := c.handshake(e.hello("eve", "orun-grove"))
 		_ = c.c.Close(1006, "network lost")
-		waitFor(t, "eve's session gone", func() bool { _, ok := a.Session(h.SessionId); return !ok })
+		testwait.For(t, "eve's session gone", func() bool { _, ok := a.Session(h.SessionId); return !ok })
 		c2 := e.serveOn(b, "websocket", false)
 		c2.t = t
 		if h2 := c2.handshake(e.resumeHello("eve", h.ResumeToken)); h2.SessionId != h.SessionId || !h2.Resumed {
@@ -233,7 +234,7 @@ func TestRevocationOverRedis(t *testing.T) {
 	c1 := e.serveOn(a, "websocket", false)
 	h1 := c1.handshake(e.hello("ada", "orun-grove"))
 	_ = c1.c.Close(1006, "network lost")
-	waitFor(t, "ada's disconnect pin stored", func() bool {
+	testwait.For(t, "ada's disconnect pin stored", func() bool {
 		v, err := rdbA.Get(context.Background(), "egbe:pin:"+h1.SessionId).Result()
 		return err == nil && strings.Contains(v, `"exp"`)
 	})
@@ -265,5 +266,5 @@ func TestRevocationOverRedis(t *testing.T) {
 	pingPong(bystander, 9)
 	// The client sees its close before the gateway has unregistered the
 	// session: wait for the count, bounded.
-	waitFor(t, "b holding the bystander only", func() bool { return b.Sessions() == 1 })
+	testwait.For(t, "b holding the bystander only", func() bool { return b.Sessions() == 1 })
 }

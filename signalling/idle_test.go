@@ -2,6 +2,7 @@ package signalling
 
 import (
 	"context"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"strings"
 	"testing"
 	"time"
@@ -79,7 +80,7 @@ func TestIdleLifecycle(t *testing.T) {
 	}
 	p.expectClose(CloseDisconnectPlayer, "idle")
 	st.expect("playerDisconnected")
-	poll(t, "the streamer back in the pool", func() bool {
+	testwait.For(t, "the streamer back in the pool", func() bool {
 		info, _ := h.srv.Registry().Get("ue-1")
 		return info.State == StateIdle
 	})

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"net"
 	"net/http"
@@ -474,7 +475,7 @@ func BenchmarkIdleConnection(b *testing.B) {
 			before, g0 := serverMemory()
 			b.ResetTimer()
 			stop := runClients(b, kind, url, cert, b.N)
-			waitFor(b, "every connection up", func() bool { return active() == b.N })
+			testwait.For(b, "every connection up", func() bool { return active() == b.N })
 			b.StopTimer()
 			after, g1 := serverMemory()
 			b.ReportMetric(float64(after-before)/float64(b.N), "heap-B/conn")

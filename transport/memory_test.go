@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http/httptest"
 	"runtime"
 	"strings"
@@ -46,7 +47,7 @@ func TestWebSocketIdleMemory(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	waitFor(t, "sessions to be registered", func() bool {
+	testwait.For(t, "sessions to be registered", func() bool {
 		ws.mu.Lock()
 		defer ws.mu.Unlock()
 		return len(ws.conns) == n

@@ -3,13 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestHelpNamesEveryScenario: `egbe-bench help` describes each scenario
@@ -61,10 +61,7 @@ func TestProgressNamesChildren(t *testing.T) {
 	var buf syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	stop := progress(ctx, &buf, "echo")
-	deadline := time.Now().Add(3 * progressEvery)
-	for !strings.Contains(buf.String(), "egbe-bench: echo running") && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Within(t, 3*progressEvery, "a progress line", func() bool { return strings.Contains(buf.String(), "egbe-bench: echo running") })
 	cancel()
 	stop()
 	if !strings.Contains(buf.String(), "egbe-bench: echo running 5s: ") {

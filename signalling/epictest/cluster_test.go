@@ -1,6 +1,7 @@
 package epictest
 
 import (
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -46,7 +47,7 @@ func TestEpicFrontendCrossEdge(t *testing.T) {
 	cfg := streamer.Default()
 	cfg.URL, cfg.ID = wsURL(stB, ""), "StreamerOnB"
 	startStreamer(t, cfg)
-	poll(t, "B's streamer in A's view of the fleet", func() bool {
+	testwait.For(t, "B's streamer in A's view of the fleet", func() bool {
 		_, ok := srvA.Registry().Get("StreamerOnB")
 		return ok
 	})
