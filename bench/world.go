@@ -689,7 +689,7 @@ func fetchProfile(ctx context.Context, adminBase string, d time.Duration, path s
 
 // WorldCommand is `egbe-bench world`.
 func WorldCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("world", flag.ExitOnError)
+	fs := flag.NewFlagSet("world", flag.ContinueOnError)
 	var o WorldOptions
 	fs.StringVar(&o.EdgeBin, "edge-bin", "", "egbe-edge binary to start on free loopback ports")
 	fs.StringVar(&o.ShardBin, "shard-bin", "", "egbe-shard binary to start on a free loopback port")
@@ -704,7 +704,9 @@ func WorldCommand(ctx context.Context, args []string) error {
 	fs.IntVar(&o.DialWorkers, "dial-workers", 32, "concurrent dials")
 	fs.IntVar(&o.Idle, "idle", 0, "idle sessions (hello only, empty world on a second shard) connected before the clients")
 	fs.StringVar(&o.Profile, "profile", "", "write the edge's CPU profile of the measured phase here")
-	_ = fs.Parse(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
 	if o.EdgeBin == "" || o.ShardBin == "" {
 		return errors.New("world: give --edge-bin and --shard-bin")
 	}

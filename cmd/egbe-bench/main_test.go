@@ -3,13 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestHelpNamesEveryScenario: `egbe-bench help` describes each scenario
@@ -43,6 +44,20 @@ func TestHelpNamesEveryScenario(t *testing.T) {
 	}
 	if code := run([]string{"help"}); code != 0 {
 		t.Fatalf("help: exit %d", code)
+	}
+}
+
+// TestScenarioFlagErrors: a scenario's --help exits 0 and a bad flag
+// exits 2, decided here: the bench library returns both as errors and
+// never exits the process (this test would end with the library's exit).
+func TestScenarioFlagErrors(t *testing.T) {
+	for _, scenario := range []string{"failover", "handshakes", "pxstream", "match", "voice", "pxsfu", "pxsfu-receivers", "pxsfu-bare", "surge", "world"} {
+		if code := run([]string{scenario, "--help"}); code != 0 {
+			t.Errorf("%s --help: exit %d, want 0", scenario, code)
+		}
+		if code := run([]string{scenario, "--no-such-flag"}); code != 2 {
+			t.Errorf("%s --no-such-flag: exit %d, want 2", scenario, code)
+		}
 	}
 }
 
