@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestDemoQueueDemoFlow (point 13): with the waiting room armed, the demo

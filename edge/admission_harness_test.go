@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"net/http"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/oshun/egbe-edge/admission"
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
 )

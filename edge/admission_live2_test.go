@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http"
 	"slices"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"github.com/oshun/egbe-edge/admission"
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestEventsFileLive (point 4): an events file's grant lifts a user's cap,

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/egbeclient"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func TestLaunchThroughTheEdge(t *testing.T) {

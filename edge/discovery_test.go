@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 )
 

@@ -24,9 +24,9 @@ import (
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/internal/devcert"
 	"github.com/oshun/egbe-edge/internal/iceport"
+	"github.com/oshun/egbe-edge/internal/opsboard"
 	"github.com/oshun/egbe-edge/shard"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
-	"github.com/oshun/egbe-edge/state"
 )
 
 // devCertValidity: Chromium accepts serverCertificateHashes only for
@@ -74,7 +74,7 @@ type Edge struct {
 	px         *pxstream
 	adm        *admissionPlane
 	rdb        redis.UniversalClient // nil without --redis-url: one server, a Cluster or a Sentinel's master
-	board      state.FleetBoard      // nil without --redis-url: the operator page's fleet view
+	ops        *opsboard.Dashboard   // the operator page's figures (the fleet's with --redis-url)
 	edgeID     string                // unique in the fleet: names this edge in shared state
 	pxAdmitter matchmaker.Admitter   // nil: admit every match
 	// extraServers are listeners owned by subsystems (Epic ports).

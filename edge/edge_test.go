@@ -3,13 +3,14 @@ package edge
 import (
 	"encoding/base64"
 	"encoding/json"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func TestMain(m *testing.M) {

@@ -3,7 +3,6 @@ package edge
 import (
 	"context"
 	"encoding/json"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,7 +10,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/oshun/egbe-edge/internal/opsboard"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestFleetPxstream: two edges share one Redis. The only streamer registers
@@ -102,7 +103,7 @@ func TestFleetPxstream(t *testing.T) {
 			return false
 		}
 		defer resp.Body.Close()
-		var snap opsSnapshot
+		var snap opsboard.Snapshot
 		if json.NewDecoder(resp.Body).Decode(&snap) != nil || snap.Fleet == nil || snap.Fleet.Edges != 2 {
 			return false
 		}

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"log/slog"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // testEdge is an edge running in-process on loopback ports.

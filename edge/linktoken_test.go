@@ -3,7 +3,6 @@ package edge
 import (
 	"bytes"
 	"context"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"log/slog"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 )
 

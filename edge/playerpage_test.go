@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"html"
 	"io"
 	"io/fs"
@@ -21,6 +20,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling/streamer"
 	"github.com/oshun/egbe-edge/turnrelay"
 	"github.com/oshun/egbe-edge/web"

@@ -3,7 +3,6 @@ package edge
 import (
 	"context"
 	"fmt"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/internal/pxmux"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling/streamer"
 )
 

@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"net/http"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/internal/epicplayer"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestPxSFUInProcess: `--pxsfu 1 --dev-streamers 1` runs the Go SFU

@@ -2,13 +2,14 @@ package edge
 
 import (
 	"encoding/json"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestPxstreamThroughTheEdge: a dev streamer registers on the streamer

@@ -156,10 +156,10 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 		return err
 	}
 	origins := e.cfg.AllowedOrigins
-	e.mainMux.Handle("GET "+transport.PathNegotiate, crossOrigin(origins, neg))
+	e.mainMux.Handle("GET "+transport.PathNegotiate, transport.CrossOrigin(origins, neg))
 	e.mainMux.Handle(transport.PathWebSocket, rt.ws)
-	e.mainMux.Handle("POST "+transport.PathWebRTC, crossOrigin(origins, rt.rtc))
-	e.mainMux.Handle("OPTIONS "+transport.PathWebRTC, crossOrigin(origins, http.NotFoundHandler()))
+	e.mainMux.Handle("POST "+transport.PathWebRTC, transport.CrossOrigin(origins, rt.rtc))
+	e.mainMux.Handle("OPTIONS "+transport.PathWebRTC, transport.CrossOrigin(origins, http.NotFoundHandler()))
 
 	e.runners = append(e.runners, gw.Run)
 	if e.h3Conn != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/egbeclient"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestRedisOutage: with Redis gone, a live session keeps working, a new

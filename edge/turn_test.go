@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 	"github.com/pion/turn/v5"
 
 	"github.com/oshun/egbe-edge/internal/coturntest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/turnrelay"
 )
 

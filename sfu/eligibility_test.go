@@ -1,12 +1,12 @@
 package sfu
 
 import (
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"testing"
 	"time"
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func mute(id uint32) *codec.VoiceControl {

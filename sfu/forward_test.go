@@ -1,7 +1,6 @@
 package sfu
 
 import (
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,8 @@ import (
 	"github.com/pion/rtp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // sinkWriter is a TrackLocalWriter that counts, optionally blocking.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/iceport"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // testSessions is a map-backed Sessions.

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/state"
 )
 

@@ -1,9 +1,10 @@
 package sfu
 
 import (
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"testing"
 	"time"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestSlotSwitchContinuity: a listener with one slot hears A, then B (A

@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"os"
 	"testing"
 
@@ -9,6 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func TestMain(m *testing.M) {

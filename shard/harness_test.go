@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"log/slog"
 	"net"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 )
 

@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/internal/linkio"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 )

@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"testing"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/state"
 )
 

@@ -3,7 +3,6 @@ package shard
 import (
 	"context"
 	"errors"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/state"
 )
 

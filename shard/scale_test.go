@@ -2,7 +2,6 @@ package shard
 
 import (
 	"fmt"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"os"
 	"runtime"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestScaleWorld is a load run, not a CI test: EGBE_SCALE=N clients

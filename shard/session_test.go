@@ -3,7 +3,6 @@ package shard
 import (
 	"context"
 	"fmt"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"runtime"
 	"slices"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func holds(ents []codec.Entity, ids ...uint32) bool {

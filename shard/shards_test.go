@@ -2,13 +2,13 @@ package shard
 
 import (
 	"context"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 )
 

@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestSlowClientDoesNotDelayOthers stalls one client completely (it never

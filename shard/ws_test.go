@@ -3,7 +3,6 @@ package shard
 import (
 	"context"
 	"errors"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // wsConn is a test-only ClientConn over a real gorilla WebSocket (the

@@ -2,12 +2,12 @@ package signalling
 
 import (
 	"fmt"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"strconv"
 	"sync/atomic"
 	"testing"
 
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // BenchmarkClusterHandshake is BenchmarkHandshake across edges: the

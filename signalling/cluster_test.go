@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // Two Servers on one real redis-server are two edges of a fleet, each

@@ -2,10 +2,11 @@ package signalling
 
 import (
 	"context"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // testIdle: prompt after 90 s without input, disconnect 60 s after an

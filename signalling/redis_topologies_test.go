@@ -3,13 +3,13 @@ package signalling
 import (
 	"context"
 	"errors"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestClusterRedisTopologies: two edges of a fleet on a real three-master

@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"net"
 	"os"
@@ -25,6 +24,7 @@ import (
 	"github.com/quic-go/webtransport-go"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // sessionLike is a Handler shaped like the shard gateway's session: this

@@ -3,10 +3,11 @@ package transport
 import (
 	"context"
 	"fmt"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func TestLatestDropsOldest(t *testing.T) {

@@ -2,13 +2,14 @@ package transport
 
 import (
 	"context"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestWebSocketIdleMemory opens many idle sessions (each blocked in Read,

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"net"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/iceport"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func startRTC(t testing.TB, cfg WebRTCConfig, h Handler) (*WebRTC, *Metrics, string) {

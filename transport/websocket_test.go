@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func startWS(t testing.TB, cfg WebSocketConfig, h Handler) (*WebSocket, *Metrics, string) {

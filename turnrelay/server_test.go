@@ -2,13 +2,14 @@ package turnrelay
 
 import (
 	"fmt"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestAllocateAndRelay: a pion/turn client allocates with minted

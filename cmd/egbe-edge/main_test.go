@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"io"
 	"net/http"
 	"net/url"
@@ -24,6 +23,7 @@ import (
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/edge"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // bin is the egbe-edge binary these tests run, built once.

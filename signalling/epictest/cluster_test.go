@@ -1,7 +1,6 @@
 package epictest
 
 import (
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -9,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/streamer"
 )

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
 	"github.com/oshun/egbe-edge/signalling/streamer"

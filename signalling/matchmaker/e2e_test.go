@@ -3,7 +3,6 @@ package matchmaker
 import (
 	"context"
 	"errors"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/streamer"
 )

@@ -2,7 +2,6 @@ package pxsfu
 
 import (
 	"context"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/oshun/egbe-edge/internal/epicplayer"
 	"github.com/oshun/egbe-edge/internal/iceport"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/streamer"
 )

@@ -2,7 +2,6 @@ package pxsfu
 
 import (
 	"fmt"
-	"github.com/oshun/egbe-edge/internal/testwait"
 	"slices"
 	"strconv"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/oshun/egbe-edge/internal/epicplayer"
 	"github.com/oshun/egbe-edge/internal/pxmux"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling/streamer"
 )
 
