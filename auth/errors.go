@@ -17,4 +17,7 @@ var (
 	ErrNoSecret = errors.New("auth: no signing secret")
 	// ErrTooLarge: the token is longer than MaxTokenBytes.
 	ErrTooLarge = errors.New("auth: token too large")
+	// ErrWeakSecret: a secret holds placeholder text or too little entropy
+	// (CheckSecret); a production edge refuses to start with one.
+	ErrWeakSecret = errors.New("not a random secret")
 )

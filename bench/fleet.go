@@ -1026,7 +1026,7 @@ func (r *foRun) connect(ctx context.Context, fc *foClient, to *Target) error {
 
 // FailoverCommand is `egbe-bench failover`.
 func FailoverCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("failover", flag.ExitOnError)
+	fs := flag.NewFlagSet("failover", flag.ContinueOnError)
 	var o FailoverOptions
 	fs.StringVar(&o.EdgeBin, "edge-bin", "", "egbe-edge binary, started --edges times on free loopback ports")
 	fs.StringVar(&o.EdgeTaskset, "edge-taskset", "", "pin the edges to these CPUs (taskset -c LIST)")
@@ -1045,7 +1045,9 @@ func FailoverCommand(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.Deadline, "deadline", 30*time.Second, "a session not resumed this long after the kill has failed")
 	fs.DurationVar(&o.ResumeJitter, "resume-jitter", 0, "delay each client's first resume attempt by a random part of this")
 	fs.DurationVar(&o.Silence, "silence", 0, "treat this long without a message from the edge as its death (needed over webtransport/webrtc: a dead QUIC or SCTP peer sends no reset); 0: wait for the connection to end")
-	_ = fs.Parse(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
 	if o.EdgeBin == "" {
 		return errors.New("failover: give --edge-bin")
 	}
@@ -1698,7 +1700,7 @@ func probeRoundTrips(ctx context.Context, fleet *Fleet, redisAddr string, tokens
 
 // HandshakesCommand is `egbe-bench handshakes`.
 func HandshakesCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("handshakes", flag.ExitOnError)
+	fs := flag.NewFlagSet("handshakes", flag.ContinueOnError)
 	var o HandshakeOptions
 	fs.StringVar(&o.EdgeBin, "edge-bin", "", "egbe-edge binary (two edges: memory state and redis state; a third for --probe)")
 	fs.StringVar(&o.EdgeTaskset, "edge-taskset", "", "pin the edges to these CPUs (taskset -c LIST)")
@@ -1708,7 +1710,9 @@ func HandshakesCommand(ctx context.Context, args []string) error {
 	fs.IntVar(&o.Concurrency, "concurrency", 64, "concurrent handshakes")
 	fs.IntVar(&o.Rounds, "rounds", 3, "rounds per state, alternating")
 	fs.IntVar(&o.Probe, "probe", 200, "sequential handshakes through a Redis round-trip counter (0: skip)")
-	_ = fs.Parse(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
 	if o.EdgeBin == "" {
 		return errors.New("handshakes: give --edge-bin")
 	}

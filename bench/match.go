@@ -384,7 +384,7 @@ func runMatchInProcess(ctx context.Context, opts MatchOptions, rep *MatchReport)
 
 // MatchCommand is `egbe-bench match`.
 func MatchCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("match", flag.ExitOnError)
+	fs := flag.NewFlagSet("match", flag.ContinueOnError)
 	var ef pxEdgeFlags
 	ef.register(fs)
 	var opts MatchOptions
@@ -392,7 +392,9 @@ func MatchCommand(ctx context.Context, args []string) error {
 	fs.IntVar(&opts.Decisions, "decisions", 5000, "successful decisions over HTTP (rounds of 90% of --streamers; 0: skip)")
 	fs.IntVar(&opts.Workers, "workers", 16, "concurrent HTTP clients")
 	fs.IntVar(&opts.InProcess, "in-process", 200000, "also run this many decisions in this process (0: skip)")
-	_ = fs.Parse(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
 	var t *Target
 	if opts.Decisions > 0 {
 		pinHint(os.Stderr, "match", ef.taskset)

@@ -513,12 +513,14 @@ func emit(w *bufio.Writer, mu *sync.Mutex, v map[string]any) {
 // (or after a minute), then answers "count" with the packets received, and
 // exits when stdin closes.
 func PxSFUReceiversCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("pxsfu-receivers", flag.ExitOnError)
+	fs := flag.NewFlagSet("pxsfu-receivers", flag.ContinueOnError)
 	url := fs.String("url", "", "player port")
 	sid := fs.String("streamer", "SFU", "streamer (SFU) id")
 	n := fs.Int("players", 100, "players")
 	layersF := fs.String("layers", "0,1,2", "layer per player, round robin")
-	_ = fs.Parse(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
 	_, _ = RaiseNoFile()
 	layers, err := parseInts(*layersF)
 	if err != nil || len(layers) == 0 {
@@ -589,7 +591,7 @@ func PxSFUReceiversCommand(ctx context.Context, args []string) error {
 
 // PxSFUCommand is `egbe-bench pxsfu`.
 func PxSFUCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("pxsfu", flag.ExitOnError)
+	fs := flag.NewFlagSet("pxsfu", flag.ContinueOnError)
 	bin := fs.String("edge-bin", "", "egbe-edge binary (started with --pxsfu 1 on free loopback ports)")
 	playersF := fs.String("players", "100,200,500", "player counts")
 	layersF := fs.String("layers", "0,1,2", "layer per player, round robin")
@@ -599,7 +601,9 @@ func PxSFUCommand(ctx context.Context, args []string) error {
 	fs.DurationVar(&opts.Warmup, "warmup", 3*time.Second, "after the players play, before the window")
 	fs.IntVar(&opts.FPS, "fps", 12, "streamer frames per second (12: about 6 Mbit/s over the three layers)")
 	fs.BoolVar(&opts.Bare, "bare", true, "also measure the bare pion forwarder")
-	_ = fs.Parse(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
 	if *bin == "" {
 		return errors.New("pxsfu: --edge-bin is required")
 	}

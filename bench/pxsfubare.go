@@ -51,12 +51,14 @@ type bareForwarder struct {
 
 // PxSFUBareCommand is the bare forwarder's child process.
 func PxSFUBareCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("pxsfu-bare", flag.ExitOnError)
+	fs := flag.NewFlagSet("pxsfu-bare", flag.ContinueOnError)
 	url := fs.String("url", "", "SFU port")
 	id := fs.String("id", "BARE", "endpointId")
 	sub := fs.String("subscribe", "DefaultStreamer", "streamer")
 	layersF := fs.String("layers", "0,1,2", "layer per player, round robin")
-	_ = fs.Parse(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
 	_, _ = RaiseNoFile()
 	order, err := parseInts(*layersF)
 	if err != nil || len(order) == 0 {

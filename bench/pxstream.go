@@ -606,7 +606,7 @@ func pinHint(w io.Writer, scenario, edgeTaskset string) {
 
 // PxstreamCommand is `egbe-bench pxstream`.
 func PxstreamCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("pxstream", flag.ExitOnError)
+	fs := flag.NewFlagSet("pxstream", flag.ContinueOnError)
 	var ef pxEdgeFlags
 	ef.register(fs)
 	var opts PxOptions
@@ -614,7 +614,9 @@ func PxstreamCommand(ctx context.Context, args []string) error {
 	fs.IntVar(&opts.Handshakes, "handshakes", 20000, "measured full handshakes (0: skip)")
 	fs.IntVar(&opts.Idle, "idle", 0, "then connect this many idle players and report edge RSS per player (bounded by RLIMIT_NOFILE)")
 	fs.IntVar(&opts.DialWorkers, "dial-workers", 64, "concurrent dials for --idle")
-	_ = fs.Parse(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
 	pinHint(os.Stderr, "pxstream", ef.taskset)
 	t, err := ef.target(ctx)
 	if err != nil {

@@ -496,7 +496,7 @@ func StartRedis(ctx context.Context) (url string, pid int, stop func(), err erro
 // SurgeCommand is `egbe-bench surge`: it starts redis-server and the edge
 // with it, then runs RunSurge and prints the report.
 func SurgeCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("surge", flag.ExitOnError)
+	fs := flag.NewFlagSet("surge", flag.ContinueOnError)
 	bin := fs.String("edge-bin", "", "egbe-edge binary (started in dev mode with its own redis-server)")
 	extra := fs.String("edge-args", "", "extra flags for the edge, space separated")
 	taskset := fs.String("edge-taskset", "", "pin the edge to these CPUs (taskset -c)")
@@ -508,7 +508,9 @@ func SurgeCommand(ctx context.Context, args []string) error {
 	fs.IntVar(&o.MaxPolls, "max-polls", 4, "polls before a --max user leaves")
 	fs.DurationVar(&o.PollEvery, "poll", time.Second, "poll cadence (paced mode)")
 	regions := fs.String("regions", strings.Join(DefaultSurgeRegions, ","), "client regions, round-robin")
-	_ = fs.Parse(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
 	if *bin == "" {
 		return errors.New("surge: --edge-bin is required")
 	}

@@ -497,7 +497,7 @@ func RunVoice(ctx context.Context, t *Target, opts VoiceOptions) (VoiceReport, e
 
 // VoiceCommand is `egbe-bench voice`.
 func VoiceCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("voice", flag.ExitOnError)
+	fs := flag.NewFlagSet("voice", flag.ContinueOnError)
 	bin := fs.String("edge-bin", "", "start this egbe-edge binary on free loopback ports (dev mode, in-process dev shard)")
 	extra := fs.String("edge-args", "--policy bench/loadtest-policy.json", "extra flags for --edge-bin, space separated (the policy lifts the per-network session cap)")
 	taskset := fs.String("edge-taskset", "", "pin the started edge to these CPUs (taskset -c LIST)")
@@ -513,7 +513,9 @@ func VoiceCommand(ctx context.Context, args []string) error {
 	fs.IntVar(&opts.Payload, "payload", 60, "Opus payload bytes")
 	fs.StringVar(&opts.Instance, "instance", "orun-grove", "realtime instance (voice room)")
 	fs.IntVar(&opts.DialWorkers, "dial-workers", 8, "concurrent joins")
-	_ = fs.Parse(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
 	var t *Target
 	var err error
 	if *bin != "" {

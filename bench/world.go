@@ -792,7 +792,7 @@ func fetchPprof(ctx context.Context, url, path string) error {
 
 // WorldCommand is `egbe-bench world`.
 func WorldCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("world", flag.ExitOnError)
+	fs := flag.NewFlagSet("world", flag.ContinueOnError)
 	var o WorldOptions
 	fs.StringVar(&o.EdgeBin, "edge-bin", "", "egbe-edge binary to start on free loopback ports")
 	fs.StringVar(&o.ShardBin, "shard-bin", "", "egbe-shard binary to start on a free loopback port")
@@ -809,7 +809,9 @@ func WorldCommand(ctx context.Context, args []string) error {
 	fs.StringVar(&o.Profile, "profile", "", "write the edge's CPU profile of the measured phase here")
 	fs.StringVar(&o.ClientProfile, "client-profile", "", "write the load client's CPU profile of the measured phase here")
 	baseline := fs.Bool("baseline", false, "also drive a bare WebSocket relay (one snapshot per tick to every client, presence and acks read and dropped) with the same clients, pinned like the edge")
-	_ = fs.Parse(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
 	if o.EdgeBin == "" || o.ShardBin == "" {
 		return errors.New("world: give --edge-bin and --shard-bin")
 	}

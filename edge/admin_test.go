@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // adminDo sends one request to te's admin listener with the given headers
@@ -144,7 +145,7 @@ func TestAdminRefusesUnauthenticatedAndCrossSite(t *testing.T) {
 	if status, code := te.adminDo(t, "POST", revoke, `{"reason":"admin test"}`, same...); status != http.StatusOK {
 		t.Fatalf("operator revoke: %d %q", status, code)
 	}
-	waitUntil(t, 10*time.Second, "the revoked session to end", func() bool { _, ok := te.rt.gw.Session(sid); return !ok })
+	testwait.Within(t, 10*time.Second, "the revoked session to end", func() bool { _, ok := te.rt.gw.Session(sid); return !ok })
 }
 
 // opsSessions reads GET /ops/sessions as an operator.

@@ -10,10 +10,10 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/oshun/egbe-edge/admission"
+	"github.com/oshun/egbe-edge/internal/opsboard"
 	"github.com/oshun/egbe-edge/shard"
 	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
@@ -56,6 +56,7 @@ func (e *Edge) buildAdmission() error {
 	}
 	now := e.cfg.clock()
 	var (
+		board   opsboard.Board // nil: a lone edge
 		leases  state.Leases
 		budgets state.Budgets
 		queue   state.Queue
@@ -64,7 +65,7 @@ func (e *Edge) buildAdmission() error {
 		seats   state.Seats
 	)
 	if conn := e.redis; conn != nil {
-		e.runners = append(e.runners, e.publishFleet)
+		board = e.board
 		leases = redisstate.NewLeases(conn)
 		budgets = redisstate.NewBudgets(conn)
 		tallies = redisstate.NewTallies(conn)
@@ -82,7 +83,11 @@ func (e *Edge) buildAdmission() error {
 		leases, budgets, queue = state.NewMemoryLeases(), state.NewMemoryBudgets(), state.NewMemoryQueue()
 		tallies, kv, seats = state.NewMemoryTallies(), state.NewMemoryKV(now), state.NewMemorySeats()
 	}
-	fleet := &fleetView{e: e}
+	e.ops = opsboard.New(e.edgeID, e.reg, board, now)
+	if board != nil {
+		e.runners = append(e.runners, e.ops.Run) // publishes this edge's figures for the fleet view
+	}
+	fleet := admission.NewFleetView(e.streamingFleet, now)
 	m, err := admission.NewMetrics(e.reg)
 	if err != nil {
 		return err
@@ -191,69 +196,26 @@ func (a *realtimeAdmission) Admit(ctx context.Context, r shard.AdmitRequest) (fu
 	})
 }
 
-// fleetView reads the live Pixel Streaming fleet for admission: launch
-// candidates per client region and utilisation per POP. The waiting room
-// asks on every join and poll, so the matchmaker's dashboard (a registry
-// snapshot; a Redis script in a fleet) is reused for fleetViewTTL.
-type fleetView struct {
-	e *Edge
-
-	mu   sync.Mutex
-	rows map[string]matchmaker.DashboardPOP // guarded by mu
-	at   time.Time                          // guarded by mu: when rows were read
-}
-
-const fleetViewTTL = time.Second
-
-func (f *fleetView) pops() map[string]matchmaker.DashboardPOP {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.rows != nil && time.Since(f.at) < fleetViewTTL {
-		return f.rows
+// streamingFleet is the matchmaker's topology and load as admission reads
+// them (admission.FleetView); false until the Pixel Streaming plane is
+// built, or without one.
+func (e *Edge) streamingFleet() (admission.FleetSnapshot, bool) {
+	if e.px == nil {
+		return admission.FleetSnapshot{}, false
 	}
+	topo := e.px.mm.Topology()
 	rows := map[string]matchmaker.DashboardPOP{}
-	for _, row := range f.e.px.mm.Dashboard().POPs {
+	for _, row := range e.px.mm.Dashboard().POPs {
 		rows[row.ID] = row
 	}
-	f.rows, f.at = rows, time.Now()
-	return rows
-}
-
-func (f *fleetView) PopCandidates(_ context.Context, clientRegion string, paid bool) ([]admission.PopCandidate, error) {
-	if f.e.px == nil {
-		return nil, nil
+	snap := admission.FleetSnapshot{FreeTierMaxUtilBP: topo.FreeTierMaxUtilBP, POPs: make([]admission.FleetPOP, len(topo.POPs))}
+	for i, pop := range topo.POPs {
+		row := rows[pop.ID]
+		snap.POPs[i] = admission.FleetPOP{ID: pop.ID, RTTMs: pop.RTTMs, MaxSessions: pop.MaxSessions,
+			PaidHeadroomSessions: pop.PaidHeadroomSessions, Priority: pop.Priority, Codecs: pop.Codecs,
+			Sessions: row.Sessions, IdleStreamers: row.Streamers["idle"], UtilisationBP: row.UtilisationBP}
 	}
-	byID := f.pops()
-	topo := f.e.px.mm.Topology()
-	var out []admission.PopCandidate
-	for _, pop := range topo.POPs {
-		rtt, known := pop.RTTMs[clientRegion]
-		if !known {
-			continue
-		}
-		row := byID[pop.ID]
-		// What the matchmaker would lease to this caller: a full POP has
-		// nothing; a free caller gets nothing at or past the free tier's
-		// backpressure or inside the paid headroom.
-		avail := row.Streamers["idle"]
-		switch {
-		case row.Sessions >= pop.MaxSessions:
-			avail = 0
-		case !paid && (row.UtilisationBP >= topo.FreeTierMaxUtilBP || row.Sessions+1 > pop.MaxSessions-pop.PaidHeadroomSessions):
-			avail = 0
-		}
-		out = append(out, admission.PopCandidate{PopID: pop.ID, RTTMs: float64(rtt), AvailableWorkers: avail,
-			ProgrammingPriority: pop.Priority, Codecs: pop.Codecs})
-	}
-	return out, nil
-}
-
-func (f *fleetView) RegionUtilisationBP(popRegion string) (int, bool) {
-	if f.e.px == nil {
-		return 0, false
-	}
-	row, ok := f.pops()[popRegion]
-	return row.UtilisationBP, ok
+	return snap, true
 }
 
 func newHolderID() string {

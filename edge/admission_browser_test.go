@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestDemoQueueDemoFlow (point 13): with the waiting room armed, the demo
@@ -102,7 +103,7 @@ func TestEpicFrontendOutlivesIdleRule(t *testing.T) {
 		c.PxstreamAuth = "token"
 		c.DevStreamers = 1
 	}))
-	waitUntil(t, 20*time.Second, "the dev streamer", func() bool { return te.px.mm.Dashboard().Totals.Idle >= 1 })
+	testwait.Within(t, 20*time.Second, "the dev streamer", func() bool { return te.px.mm.Dashboard().Totals.Idle >= 1 })
 	tok := te.accessToken(t, auth.Access{Subject: "epic-fan", Entitlement: "paid", Region: "us-east"})
 	code, m := te.matchAs(t, tok, nil)
 	if code != http.StatusOK {

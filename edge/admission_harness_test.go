@@ -22,6 +22,7 @@ import (
 	"github.com/oshun/egbe-edge/admission"
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
 )
@@ -331,7 +332,7 @@ func (te *testEdge) rawStreamers(t testing.TB, prefix, pop string, n int) []*raw
 	for i := range out {
 		out[i] = te.rawStreamer(t, prefix+strconv.Itoa(i), pop)
 	}
-	waitUntil(t, 20*time.Second, "streamers registered", func() bool {
+	testwait.Within(t, 20*time.Second, "streamers registered", func() bool {
 		for _, row := range te.px.mm.Dashboard().POPs {
 			if row.ID == pop {
 				return row.Registered >= n
@@ -383,7 +384,7 @@ func play(t *testing.T, match map[string]any) *player {
 	}()
 	t.Cleanup(func() { ws.Close(); <-p.done })
 	_ = ws.WriteJSON(map[string]any{"type": "subscribe", "streamerId": match["streamer_id"]})
-	waitUntil(t, 20*time.Second, "the streamer's offer", func() bool { return p.got("offer") != nil })
+	testwait.Within(t, 20*time.Second, "the streamer's offer", func() bool { return p.got("offer") != nil })
 	return p
 }
 

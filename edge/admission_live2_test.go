@@ -11,6 +11,7 @@ import (
 	"github.com/oshun/egbe-edge/admission"
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestEventsFileLive (point 4): an events file's grant lifts a user's cap,
@@ -188,7 +189,7 @@ func TestAbuseScoredLive(t *testing.T) {
 		st.send(msg)
 	}
 	rdb := redisClient(t, rds)
-	waitUntil(t, 10*time.Second, "the workers' reports in the shared tallies", func() bool {
+	testwait.Within(t, 10*time.Second, "the workers' reports in the shared tallies", func() bool {
 		for _, sub := range []string{"bot", "human", "scripter"} {
 			key := "egbe:tally:abuse:" + sub + ":" + strconv.FormatInt(clk.Now().UnixMilli()/win.Milliseconds(), 10)
 			if n, _ := rdb.HGet(t.Context(), key, "events").Int(); n == 0 {
@@ -221,7 +222,7 @@ func TestAbuseScoredLive(t *testing.T) {
 	if rev := audits(t, auditLog, "operator.abuse.safety_review"); len(rev) != 1 || rev[0]["subject"] != "scripter" {
 		t.Fatalf("review audits %v", rev)
 	}
-	waitUntil(t, 10*time.Second, "the bot's stream to end", func() bool { return players["bot"].closedWith() != nil })
+	testwait.Within(t, 10*time.Second, "the bot's stream to end", func() bool { return players["bot"].closedWith() != nil })
 	if e := players["bot"].got("egbe.session.ended"); e == nil || e["reason"] != "banned" {
 		t.Fatalf("bot's end: %v", players["bot"].msgs)
 	}
@@ -266,7 +267,7 @@ func TestRoomRunsItself(t *testing.T) {
 	step := func() {
 		t.Helper()
 		at := clk.Now().UnixMilli()
-		waitUntil(t, 10*time.Second, "a controller step", func() bool { s := surge(); return s != nil && int64(s["at"].(float64)) >= at })
+		testwait.Within(t, 10*time.Second, "a controller step", func() bool { s := surge(); return s != nil && int64(s["at"].(float64)) >= at })
 	}
 	// Matches nobody plays, one every two minutes: each start fails when
 	// its session token lapses. The room arms at once; the halve needs the
@@ -280,7 +281,7 @@ func TestRoomRunsItself(t *testing.T) {
 			t.Fatalf("match %d: %d %v", i, code, m)
 		}
 		clk.Advance(2*time.Minute + time.Second)
-		waitUntil(t, 10*time.Second, "the failed start counted", func() bool { return failed() >= float64(i+1) })
+		testwait.Within(t, 10*time.Second, "the failed start counted", func() bool { return failed() >= float64(i+1) })
 		step()
 		if st := te.queueState(t); st["halved"] == true {
 			if st["armedGlobal"] != true {
@@ -349,7 +350,7 @@ func TestAdmissionTelemetry(t *testing.T) {
 		t.Fatalf("match: %d %v", code, m)
 	}
 	play(t, m)
-	waitUntil(t, 10*time.Second, "a session start and a cold join", func() bool {
+	testwait.Within(t, 10*time.Second, "a session start and a cold join", func() bool {
 		return val("egbe_admission_session_starts_total", map[string]string{"pop": "us-east-1", "outcome": "started"}) == 1 &&
 			val("egbe_admission_cold_join_seconds", map[string]string{"pop": "us-east-1"}) == 1
 	})
@@ -392,7 +393,7 @@ func TestAdmissionTelemetry(t *testing.T) {
 	if _, ok := te.metric(t, "egbe_admission_median_wait_seconds", map[string]string{"region": "us-east-1"}); !ok {
 		t.Fatal("no median wait")
 	}
-	waitUntil(t, 10*time.Second, "the admit ceiling", func() bool {
+	testwait.Within(t, 10*time.Second, "the admit ceiling", func() bool {
 		n, ok := te.metric(t, "egbe_admission_admit_ceiling_per_minute", nil)
 		return ok && n == 600
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // pxFleet is a token-mode edge on the given Redis, on clk.
@@ -45,14 +46,14 @@ func TestFreeMinutesCharged(t *testing.T) {
 	}
 	p := play(t, m)
 	clk.Advance(30 * time.Minute)
-	waitUntil(t, 10*time.Second, "30 minutes charged", func() bool {
+	testwait.Within(t, 10*time.Second, "30 minutes charged", func() bool {
 		return usedMinutes(t, rds, "free-fan", clk.Now()) == 30
 	})
 	if p.closedWith() != nil {
 		t.Fatalf("closed after 30 minutes: %v", p.closedWith())
 	}
 	clk.Advance(90*time.Minute + time.Second) // 121 started minutes
-	waitUntil(t, 10*time.Second, "the session ended for its budget", func() bool { return p.closedWith() != nil })
+	testwait.Within(t, 10*time.Second, "the session ended for its budget", func() bool { return p.closedWith() != nil })
 	if e := p.got("egbe.session.ended"); e == nil || e["reason"] != "budget" {
 		t.Fatalf("ended message %v", p.msgs)
 	}
@@ -214,7 +215,7 @@ func (te *testEdge) readyz(t *testing.T) (int, []string) {
 
 func (te *testEdge) waitReady(t *testing.T, what string, wantReason string) {
 	t.Helper()
-	waitUntil(t, 15*time.Second, what, func() bool {
+	testwait.Within(t, 15*time.Second, what, func() bool {
 		code, reasons := te.readyz(t)
 		if wantReason == "" {
 			return code == http.StatusOK
@@ -333,7 +334,7 @@ func TestMatchHonoursTheRoom(t *testing.T) {
 	if err := redisClient(t, rds).FlushAll(t.Context()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "the match to fail closed", func() bool {
+	testwait.Within(t, 10*time.Second, "the match to fail closed", func() bool {
 		clk.Advance(time.Second) // past the room's 1 s meta cache
 		code, m := te.matchAs(t, fan, nil)
 		return code == http.StatusServiceUnavailable && m["reason"] == "waiting_room_state_lost"

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/egbeclient"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func TestLaunchThroughTheEdge(t *testing.T) {
@@ -94,7 +95,7 @@ func TestRealtimeUserCap(t *testing.T) {
 		t.Fatalf("session %d: got %q/%d, want user_session_cap", capN+1, code, cc)
 	}
 	open[0].Close()
-	waitUntil(t, 10*time.Second, "a place to free up", func() bool {
+	testwait.Within(t, 10*time.Second, "a place to free up", func() bool {
 		c := te.dial(t, "websocket", false)
 		defer c.Close()
 		_, err := c.Hello(ctx, helloFor(tok))
@@ -108,7 +109,7 @@ func TestPxstreamUserCap(t *testing.T) {
 	te := startEdge(t, func(c *Config) { c.DevStreamers = 3 })
 	tok := te.devToken(t, "streamer-fan")
 	match := func() (int, string) { code, body := te.match(t, tok); return code, string(body) }
-	waitUntil(t, 20*time.Second, "three idle dev streamers", func() bool {
+	testwait.Within(t, 20*time.Second, "three idle dev streamers", func() bool {
 		return te.px.mm.Dashboard().Totals.Idle >= 3
 	})
 	for i := 0; i < 2; i++ {

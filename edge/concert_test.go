@@ -11,6 +11,7 @@ import (
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/internal/epicplayer"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling"
 )
 
@@ -104,7 +105,7 @@ func TestConcertSeats(t *testing.T) {
 
 	// walker-1 plays through the SFU with its session token.
 	var p *epicplayer.Player
-	waitUntil(t, 45*time.Second, "video through the SFU", func() bool {
+	testwait.Within(t, 45*time.Second, "video through the SFU", func() bool {
 		if p == nil {
 			var err error
 			p, err = epicplayer.Dial(context.Background(), epicplayer.Config{URL: str(m, "signalling_url"), StreamerID: "SFU", Layer: 2})
@@ -129,7 +130,7 @@ func TestConcertSeats(t *testing.T) {
 	}
 	// ... and free after it.
 	clk.Advance(signalling.Default().LeaseGrace + time.Second)
-	waitUntil(t, 20*time.Second, "the seat free after the grace", func() bool {
+	testwait.Within(t, 20*time.Second, "the seat free after the grace", func() bool {
 		used, _ := te.concertSeats(t)
 		return used == 1
 	})
@@ -139,7 +140,7 @@ func TestConcertSeats(t *testing.T) {
 	// Nobody plays vip-1's nor vip-2's seat: both go with the session
 	// token's lifetime.
 	clk.Advance(auth.PxSessionDefaultTTL + time.Second)
-	waitUntil(t, 20*time.Second, "unused seats lapsed", func() bool {
+	testwait.Within(t, 20*time.Second, "unused seats lapsed", func() bool {
 		used, _ := te.concertSeats(t)
 		return used == 0
 	})

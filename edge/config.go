@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/admission"
+	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/turnrelay"
 )
 
@@ -269,11 +270,11 @@ func (c *Config) Validate() error {
 	if c.Mode == ModeProd {
 		if len(c.JWTSecret) < 32 {
 			bad("prod mode needs EGBE_JWT_SECRET (at least 32 bytes); refusing to start with a generated secret")
-		} else if err := checkSecret(c.JWTSecret, minJWTSecretBits); err != nil {
+		} else if err := auth.CheckSecret(c.JWTSecret, auth.MinSigningSecretBits); err != nil {
 			bad("EGBE_JWT_SECRET: %v", err)
 		}
 		if c.LinkToken != "" {
-			if err := checkSecret(c.LinkToken, minTURNSecretBits); err != nil {
+			if err := auth.CheckSecret(c.LinkToken, auth.MinSharedSecretBits); err != nil {
 				bad("EGBE_LINK_TOKEN: %v", err)
 			}
 		}
@@ -289,7 +290,7 @@ func (c *Config) Validate() error {
 		if turnOn := c.TURN != "" || len(c.TURNURLs) > 0; turnOn && len(c.TURNSecret) < minTURNSecret {
 			bad("prod mode needs EGBE_TURN_SECRET (at least %d bytes) when TURN is on (--turn, --turn-url); set --turn \"\" to run without", minTURNSecret)
 		} else if turnOn {
-			if err := checkSecret(c.TURNSecret, minTURNSecretBits); err != nil {
+			if err := auth.CheckSecret(c.TURNSecret, auth.MinSharedSecretBits); err != nil {
 				bad("EGBE_TURN_SECRET: %v", err)
 			}
 		}

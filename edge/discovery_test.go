@@ -9,6 +9,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 )
 
@@ -44,8 +45,8 @@ func TestDiscoverShardAcrossFleet(t *testing.T) {
 	}
 	a := startEdge(t, fleet(map[string]string{"fleet-s1": sim.Addr()}))
 	b := startEdge(t, fleet(nil))
-	waitUntil(t, 20*time.Second, "edge A's link to the shard", func() bool { return a.rt.gw.LinkUp("fleet-s1") })
-	waitUntil(t, 20*time.Second, "edge B to discover the shard and link to it", func() bool { return b.rt.gw.LinkUp("fleet-s1") })
+	testwait.Within(t, 20*time.Second, "edge A's link to the shard", func() bool { return a.rt.gw.LinkUp("fleet-s1") })
+	testwait.Within(t, 20*time.Second, "edge B to discover the shard and link to it", func() bool { return b.rt.gw.LinkUp("fleet-s1") })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -23,6 +23,7 @@ import (
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/internal/devcert"
 	"github.com/oshun/egbe-edge/internal/iceport"
+	"github.com/oshun/egbe-edge/internal/opsboard"
 	"github.com/oshun/egbe-edge/shard"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
 	"github.com/oshun/egbe-edge/state"
@@ -76,6 +77,7 @@ type Edge struct {
 	redis      *redisstate.Conn    // nil without --redis-url: the one Redis handle (sharedstate.go)
 	members    *redisstate.Members // nil without --redis-url: this edge's membership of the fleet
 	board      state.FleetBoard    // nil without --redis-url: the operator page's fleet view
+	ops        *opsboard.Dashboard // the operator page's figures (the fleet's with --redis-url)
 	edgeID     string              // unique in the fleet: names this edge in shared state
 	pxAdmitter matchmaker.Admitter // nil: admit every match
 	// extraServers are listeners owned by subsystems (Epic ports).

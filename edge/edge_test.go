@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -83,7 +85,7 @@ func TestReadinessDropsOnShutdown(t *testing.T) {
 	te := startEdge(t, nil)
 	te.cancel()
 	te.cancel = nil
-	waitUntil(t, 10*1e9, "readyz to turn unready or close", func() bool {
+	testwait.Within(t, 10*1e9, "readyz to turn unready or close", func() bool {
 		resp, err := http.Get(te.adminURL("/readyz"))
 		if err != nil {
 			return true // listener closed

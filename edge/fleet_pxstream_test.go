@@ -10,7 +10,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/oshun/egbe-edge/internal/opsboard"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestFleetPxstream: two edges share one Redis. The only streamer registers
@@ -36,7 +38,7 @@ func TestFleetPxstream(t *testing.T) {
 		StreamerID    string `json:"streamer_id"`
 		SignallingURL string `json:"signalling_url"`
 	}
-	waitUntil(t, 30*time.Second, "edge A to lease a streamer registered on edge B", func() bool {
+	testwait.Within(t, 30*time.Second, "edge A to lease a streamer registered on edge B", func() bool {
 		code, body := match(a)
 		if code != http.StatusOK {
 			return false
@@ -95,13 +97,13 @@ func TestFleetPxstream(t *testing.T) {
 	if _, err := c.Hello(ctx, helloFor(b.devToken(t, "seen-from-a"))); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 15*time.Second, "edge A's fleet view to count both edges and B's session", func() bool {
+	testwait.Within(t, 15*time.Second, "edge A's fleet view to count both edges and B's session", func() bool {
 		resp, err := http.Get(a.adminURL("/ops/metrics.json"))
 		if err != nil {
 			return false
 		}
 		defer resp.Body.Close()
-		var snap opsSnapshot
+		var snap opsboard.Snapshot
 		if json.NewDecoder(resp.Body).Decode(&snap) != nil || snap.Fleet == nil || snap.Fleet.Edges != 2 {
 			return false
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/egbeclient"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // edgeCensus counts the edge process's goroutines by who owns them, by
@@ -157,11 +158,11 @@ func TestGoroutinesPerSessionEveryTransport(t *testing.T) {
 			// shared machinery up; the census is taken once it is gone.
 			stop := runEdgeClients(t, te, tc.kind, 1)
 			stop()
-			waitUntil(t, 20*time.Second, "the warm-up session to end", func() bool { return sessions() == 0 })
+			testwait.Within(t, 20*time.Second, "the warm-up session to end", func() bool { return sessions() == 0 })
 			base := steadyEdgeCensus()
 
 			stop = runEdgeClients(t, te, tc.kind, n)
-			waitUntil(t, 20*time.Second, "every session to be up", func() bool { return sessions() == n })
+			testwait.Within(t, 20*time.Second, "every session to be up", func() bool { return sessions() == n })
 			got := steadyEdgeCensus().minus(base)
 			stop()
 			per := func(v int) float64 { return float64(v) / n }
@@ -179,7 +180,7 @@ func TestGoroutinesPerSessionEveryTransport(t *testing.T) {
 			if got.shard > 0 {
 				t.Errorf("the dev shard runs %d goroutines more with %d sessions: sessions are multiplexed over its lanes", got.shard, n)
 			}
-			waitUntil(t, 20*time.Second, "the sessions to end", func() bool { return sessions() == 0 })
+			testwait.Within(t, 20*time.Second, "the sessions to end", func() bool { return sessions() == 0 })
 		})
 	}
 }

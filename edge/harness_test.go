@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // testEdge is an edge running in-process on loopback ports.
@@ -63,7 +65,7 @@ func startEdge(t testing.TB, mutate func(*Config)) *testEdge {
 	te := &testEdge{Edge: e, addrs: e.Addrs(), cancel: cancel, done: make(chan error, 1)}
 	go func() { te.done <- e.Run(ctx) }()
 	t.Cleanup(func() { te.stop(t) })
-	waitUntil(t, 20*time.Second, "edge ready", func() bool {
+	testwait.Within(t, 20*time.Second, "edge ready", func() bool {
 		resp, err := http.Get(te.adminURL("/readyz"))
 		if err != nil {
 			return false
@@ -93,17 +95,6 @@ func (te *testEdge) stop(t testing.TB) {
 func (te *testEdge) httpURL(path string) string  { return "http://" + te.addrs.HTTP + path }
 func (te *testEdge) h3Base() string              { return "https://" + te.addrs.HTTPS }
 func (te *testEdge) adminURL(path string) string { return "http://" + te.addrs.Admin + path }
-
-func waitUntil(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 func postJSON(t *testing.T, url string, body any) (*http.Response, []byte) {
 	t.Helper()

@@ -3,16 +3,12 @@ package edge
 import (
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/internal/httpjson"
-	"github.com/oshun/egbe-edge/transport"
 )
 
 // maxJSONBody bounds the small JSON bodies the edge's own endpoints read.
@@ -23,23 +19,6 @@ type apiError = httpjson.Error
 
 func writeError(w http.ResponseWriter, status int, code, format string, args ...any) {
 	httpjson.WriteError(w, status, code, fmt.Sprintf(format, args...))
-}
-
-// decodeJSON strictly decodes a bounded JSON body into v.
-func decodeJSON(r *http.Request, v any) error { return decodeJSONWithin(r, v, maxJSONBody+1) }
-
-// decodeJSONWithin is decodeJSON with a body bound of limit bytes (a
-// longer body fails to decode). An empty body is io.EOF.
-func decodeJSONWithin(r *http.Request, v any, limit int64) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, limit))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("trailing data after the JSON object")
-	}
-	return nil
 }
 
 // certHashHandler serves GET /v6/realtime/cert-hash: the SHA-256 of the
@@ -86,7 +65,7 @@ func devTokenHandler(signer *auth.Signer) http.HandlerFunc {
 			return
 		}
 		var req devTokenRequest
-		if err := decodeJSON(r, &req); err != nil {
+		if err := httpjson.Decode(r, &req, maxJSONBody+1); err != nil {
 			writeError(w, http.StatusBadRequest, "bad_request", "%v", err)
 			return
 		}
@@ -104,33 +83,4 @@ func devTokenHandler(signer *auth.Signer) http.HandlerFunc {
 		}
 		httpjson.Write(w, http.StatusOK, map[string]string{"token": tok})
 	}
-}
-
-// crossOrigin answers CORS for h: a fleet's edges serve one another's
-// pages (the demo page moves its session to the edge holding its voice
-// room), so negotiate, the WebRTC offer and voice are callable from other
-// origins. They authenticate by bearer token or in-band hello, never by
-// cookie, so an origin grants nothing; with --allowed-origin set, only
-// those origins are answered, as for WebSocket. Preflights end here.
-func crossOrigin(allowed []string, h http.Handler) http.Handler {
-	origins := transport.NewOrigins(allowed)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		origin := r.Header.Get("Origin")
-		if origin == "" || !origins.Allow(origin) {
-			h.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Access-Control-Allow-Origin", origin)
-		w.Header().Add("Vary", "Origin")
-		// WHIP's ICE servers ride in Link headers (the WebRTC answer).
-		w.Header().Set("Access-Control-Expose-Headers", "Link")
-		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
-			w.Header().Set("Access-Control-Allow-Methods", "GET, POST, DELETE")
-			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
-			w.Header().Set("Access-Control-Max-Age", "600")
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 )
 
@@ -53,7 +54,7 @@ func TestShardLinkToken(t *testing.T) {
 	withToken := startEdge(t, func(c *Config) {
 		c.LinkToken, c.Shards, c.Instances, c.DevShard = loaded.LinkToken, loaded.Shards, loaded.Instances, loaded.DevShard
 	})
-	waitUntil(t, 20*time.Second, "the link with the token", func() bool { return withToken.rt.gw.LinkUp("ref") })
+	testwait.Within(t, 20*time.Second, "the link with the token", func() bool { return withToken.rt.gw.LinkUp("ref") })
 	c := withToken.dial(t, "websocket", false)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -65,7 +66,7 @@ func TestShardLinkToken(t *testing.T) {
 	without := startEdgeUnready(t, func(c *Config) {
 		c.Shards, c.Instances, c.DevShard = loaded.Shards, loaded.Instances, false
 	})
-	waitUntil(t, 20*time.Second, "the shard to refuse the edge without the token", func() bool {
+	testwait.Within(t, 20*time.Second, "the shard to refuse the edge without the token", func() bool {
 		return strings.Contains(logs.String(), "link refused: bad token") && strings.Contains(logs.String(), without.edgeID)
 	})
 	if without.rt.gw.LinkUp("ref") {

@@ -1,8 +1,6 @@
 package edge
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,143 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/internal/httpjson"
 	"github.com/oshun/egbe-edge/internal/opguard"
 	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/web"
 )
-
-// opsSample is one series of a metric family in /ops/metrics.json.
-type opsSample struct {
-	Labels map[string]string `json:"labels"`
-	Value  float64           `json:"value"`
-}
-
-// opsSnapshot is the body of /ops/metrics.json.
-type opsSnapshot struct {
-	TS       int64                  `json:"ts"` // Unix ms
-	Families map[string][]opsSample `json:"families"`
-	Fleet    *fleetSummary          `json:"fleet,omitempty"`
-}
-
-// fleetSummary is filled when the edge is a member of a Redis fleet.
-type fleetSummary struct {
-	Edges int `json:"edges"`
-}
-
-// fleetPublishEvery is how often an edge publishes its dashboard figures;
-// a snapshot lapses after fleetSnapshotTTL without a refresh (a dead edge
-// leaves the fleet view).
-const (
-	fleetPublishEvery = 2 * time.Second
-	fleetSnapshotTTL  = 3 * fleetPublishEvery
-)
-
-// dashboardFamilies: only egbe_* families go to the fleet board (the Go
-// runtime's figures are per process and meaningless summed).
-func dashboardFamilies(all map[string][]opsSample) map[string][]opsSample {
-	out := make(map[string][]opsSample, len(all))
-	for name, samples := range all {
-		if strings.HasPrefix(name, "egbe_") {
-			out[name] = samples
-		}
-	}
-	return out
-}
-
-// publishFleet puts this edge's figures on the fleet board until ctx ends.
-func (e *Edge) publishFleet(ctx context.Context) error {
-	t := time.NewTicker(fleetPublishEvery)
-	defer t.Stop()
-	for {
-		if fams, err := gatherOps(e.reg); err == nil {
-			if b, err := json.Marshal(dashboardFamilies(fams)); err == nil {
-				pctx, cancel := context.WithTimeout(ctx, time.Second)
-				_ = e.board.Publish(pctx, e.edgeID, b, fleetSnapshotTTL) // a Redis outage only stales the fleet view
-				cancel()
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// fleetFamilies sums every live edge's published figures series by series.
-func (e *Edge) fleetFamilies(ctx context.Context) (map[string][]opsSample, int, error) {
-	snaps, err := e.board.Snapshots(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	type key struct{ fam, labels string }
-	sums := map[key]*opsSample{}
-	order := map[string][]key{}
-	for _, b := range snaps {
-		var fams map[string][]opsSample
-		if json.Unmarshal(b, &fams) != nil {
-			continue
-		}
-		for fam, samples := range fams {
-			for _, smp := range samples {
-				lb, _ := json.Marshal(smp.Labels)
-				k := key{fam, string(lb)}
-				if acc, ok := sums[k]; ok {
-					acc.Value += smp.Value
-					continue
-				}
-				c := smp
-				sums[k] = &c
-				order[fam] = append(order[fam], k)
-			}
-		}
-	}
-	out := make(map[string][]opsSample, len(order))
-	for fam, keys := range order {
-		for _, k := range keys {
-			out[fam] = append(out[fam], *sums[k])
-		}
-	}
-	return out, len(snaps), nil
-}
-
-// gatherOps turns a registry into the dashboard's JSON: counters and
-// gauges as values, histograms and summaries as their sample counts.
-func gatherOps(g prometheus.Gatherer) (map[string][]opsSample, error) {
-	mfs, err := g.Gather()
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string][]opsSample, len(mfs))
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			labels := make(map[string]string, len(m.GetLabel()))
-			for _, lp := range m.GetLabel() {
-				labels[lp.GetName()] = lp.GetValue()
-			}
-			var v float64
-			switch mf.GetType() {
-			case dto.MetricType_COUNTER:
-				v = m.GetCounter().GetValue()
-			case dto.MetricType_GAUGE:
-				v = m.GetGauge().GetValue()
-			case dto.MetricType_HISTOGRAM:
-				v = float64(m.GetHistogram().GetSampleCount())
-			case dto.MetricType_SUMMARY:
-				v = float64(m.GetSummary().GetSampleCount())
-			default:
-				v = m.GetUntyped().GetValue()
-			}
-			out[mf.GetName()] = append(out[mf.GetName()], opsSample{Labels: labels, Value: v})
-		}
-	}
-	return out, nil
-}
 
 // mountOps mounts the operator page on the admin mux.
 func (e *Edge) mountOps(m *http.ServeMux) {
@@ -159,23 +26,7 @@ func (e *Edge) mountOps(m *http.ServeMux) {
 	})
 	// /ops/metrics.json: this edge's figures, or with ?scope=fleet (the
 	// page's default when the edge has Redis) the whole fleet's, summed.
-	m.HandleFunc("/ops/metrics.json", func(w http.ResponseWriter, r *http.Request) {
-		if e.board != nil && r.URL.Query().Get("scope") != "edge" {
-			fams, edges, err := e.fleetFamilies(r.Context())
-			if err != nil {
-				writeError(w, http.StatusServiceUnavailable, "state_unavailable", "fleet figures: %v", err)
-				return
-			}
-			httpjson.Write(w, http.StatusOK, opsSnapshot{TS: time.Now().UnixMilli(), Families: fams, Fleet: &fleetSummary{Edges: edges}})
-			return
-		}
-		fams, err := gatherOps(e.reg)
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, "internal", "%v", err)
-			return
-		}
-		httpjson.Write(w, http.StatusOK, opsSnapshot{TS: time.Now().UnixMilli(), Families: fams})
-	})
+	m.Handle("/ops/metrics.json", e.ops)
 }
 
 // opsSession is one live session in GET /ops/sessions.
@@ -266,7 +117,7 @@ func (e *Edge) revokeSession(w http.ResponseWriter, r *http.Request, op auth.Acc
 // decodeRevoke strictly decodes the optional, bounded body of a revoke: no
 // body at all is a revoke without a reason.
 func decodeRevoke(r *http.Request, v *revokeRequest) error {
-	switch err := decodeJSONWithin(r, v, maxRevokeBody); {
+	switch err := httpjson.Decode(r, v, maxRevokeBody); {
 	case errors.Is(err, io.EOF):
 		return nil
 	case err != nil:

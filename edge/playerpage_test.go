@@ -18,6 +18,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling/streamer"
 	"github.com/oshun/egbe-edge/web"
 )
@@ -168,7 +169,7 @@ func playPage(t *testing.T, pageURL string, timeout time.Duration) playerResult 
 // and plays it in Epic's stock UI.
 func TestPlayerPageDropInFirstStreamer(t *testing.T) {
 	te := startEdge(t, func(c *Config) { c.DevStreamers = 2 })
-	waitUntil(t, 20*time.Second, "two streamers", func() bool { return len(te.px.srv.Registry().Snapshot()) == 2 })
+	testwait.Within(t, 20*time.Second, "two streamers", func() bool { return len(te.px.srv.Registry().Snapshot()) == 2 })
 	r := playPage(t, "http://"+te.addrs.PlayerWS+"/", 40*time.Second)
 	if !r.OK || r.Mode != "drop-in" || !r.HasUI {
 		t.Fatalf("did not play: %+v", r)
@@ -183,7 +184,7 @@ func TestPlayerPageDropInFirstStreamer(t *testing.T) {
 // streamer.
 func TestPlayerPageTokenMode(t *testing.T) {
 	te := startEdge(t, func(c *Config) { c.DevStreamers = 1; c.PxstreamAuth = "token" })
-	waitUntil(t, 20*time.Second, "a streamer", func() bool { return len(te.px.srv.Registry().Snapshot()) == 1 })
+	testwait.Within(t, 20*time.Second, "a streamer", func() bool { return len(te.px.srv.Registry().Snapshot()) == 1 })
 	r := playPage(t, te.httpURL("/pxstream/"), 40*time.Second)
 	if !r.OK || r.Mode != "token" || r.Match == nil || r.Match.StreamerID == "" || r.Match.SessionID == "" {
 		t.Fatalf("did not play through a match: %+v", r)
@@ -202,7 +203,7 @@ func TestPlayerPageTokenMode(t *testing.T) {
 // candidate selected, and the media crossed the embedded TURN server.
 func TestPlayerPageForceTURN(t *testing.T) {
 	te := startEdge(t, func(c *Config) { c.DevStreamers = 1 })
-	waitUntil(t, 20*time.Second, "a streamer", func() bool { return len(te.px.srv.Registry().Snapshot()) == 1 })
+	testwait.Within(t, 20*time.Second, "a streamer", func() bool { return len(te.px.srv.Registry().Snapshot()) == 1 })
 	r := playPage(t, te.httpURL("/pxstream/?ForceTURN=true"), 40*time.Second)
 	if !r.OK || r.Mode != "drop-in" || r.IceServersAdded != 0 {
 		t.Fatalf("did not play through TURN on the config message's credentials alone: %+v", r)
@@ -234,7 +235,7 @@ func TestPlayerPageProdAccessToken(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- streamer.Run(ctx, sc) }()
 	t.Cleanup(func() { cancel(); <-done })
-	waitUntil(t, 20*time.Second, "the streamer", func() bool { return len(te.px.srv.Registry().Snapshot()) == 1 })
+	testwait.Within(t, 20*time.Second, "the streamer", func() bool { return len(te.px.srv.Registry().Snapshot()) == 1 })
 
 	// Without a token the page says what it needs.
 	no := playPage(t, te.httpURL("/pxstream/"), 5*time.Second)
@@ -266,5 +267,5 @@ func TestDevStreamersLogWhereToWatch(t *testing.T) {
 	go func() { done <- e.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	want := "url=http://" + e.httpLn.Addr().String() + "/pxstream/"
-	waitUntil(t, 20*time.Second, "the player page's start-up line", func() bool { return strings.Contains(buf.String(), want) })
+	testwait.Within(t, 20*time.Second, "the player page's start-up line", func() bool { return strings.Contains(buf.String(), want) })
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/internal/pxmux"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling/streamer"
 )
 
@@ -103,7 +104,7 @@ func TestEpicFrontendThroughPxSFU(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- streamer.Run(ctx, cfg) }()
 			defer func() { cancel(); <-done }()
-			waitUntil(t, 20*time.Second, "the SFU subscribed", func() bool {
+			testwait.Within(t, 20*time.Second, "the SFU subscribed", func() bool {
 				resp, err := http.Get(te.adminURL("/metrics"))
 				if err != nil {
 					return false

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/internal/epicplayer"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestPxSFUInProcess: `--pxsfu 1 --dev-streamers 1` runs the Go SFU
@@ -20,7 +21,7 @@ import (
 func TestPxSFUInProcess(t *testing.T) {
 	te := startEdge(t, func(c *Config) { c.DevStreamers, c.PxSFU = 1, 1 })
 	var p *epicplayer.Player
-	waitUntil(t, 30*time.Second, "a player of the SFU with video", func() bool {
+	testwait.Within(t, 30*time.Second, "a player of the SFU with video", func() bool {
 		if p == nil {
 			var err error
 			p, err = epicplayer.Dial(context.Background(), epicplayer.Config{URL: "ws://" + te.addrs.PlayerWS, StreamerID: "SFU", Layer: 2})
@@ -42,8 +43,8 @@ func TestPxSFUInProcess(t *testing.T) {
 	if err := p.SetLayer(0); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 20*time.Second, "the lowest layer", func() bool { w, _ := p.Size(); return w == 64 })
-	waitUntil(t, 20*time.Second, "the streamer's echo", func() bool {
+	testwait.Within(t, 20*time.Second, "the lowest layer", func() bool { w, _ := p.Size(); return w == 64 })
+	testwait.Within(t, 20*time.Second, "the streamer's echo", func() bool {
 		if p.ChannelsOpen() {
 			_ = p.SendInput("hello from the edge test")
 		}

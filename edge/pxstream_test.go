@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestPxstreamThroughTheEdge: a dev streamer registers on the streamer
@@ -24,7 +26,7 @@ func TestPxstreamThroughTheEdge(t *testing.T) {
 		SignallingURL string `json:"signalling_url"`
 		FirstFrame    int    `json:"first_frame_budget_ms"`
 	}
-	waitUntil(t, 20*time.Second, "a match", func() bool {
+	testwait.Within(t, 20*time.Second, "a match", func() bool {
 		resp, body := postJSON(t, te.httpURL("/api/v6/pxstream/match"), map[string]any{"client_region": "us-east", "codecs": []string{"H264"}, "entitlement": "paid"})
 		if resp.StatusCode != http.StatusOK {
 			return false

@@ -126,7 +126,7 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 	var shards state.ShardDirectory
 	if e.redis != nil {
 		// Shared pins let a client whose edge died resume on any other edge.
-		pins = shard.NewStatePins(redisstate.NewKV(e.redis, redisstate.KVPins), scfg.PinTTL)
+		pins = shard.NewStatePins(redisstate.NewKV(e.redis, redisstate.KVPins), scfg.PinTTL, e.cfg.clock())
 		// A revocation made on any edge holds on every edge. On the pins'
 		// client, a resume reads its pin and its revocation in one
 		// pipeline (state.GetRevoked): no extra round trip.
@@ -137,6 +137,7 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 	}
 	gw, err := shard.NewGateway(scfg, shard.Deps{
 		Signer:        e.signer,
+		Now:           e.cfg.clock(), // the signer's clock: pins and tokens expire together
 		Pins:          pins,
 		Revocations:   revs,
 		Shards:        shards,
@@ -164,12 +165,12 @@ func (e *Edge) buildRealtime(ctx context.Context) error {
 		return err
 	}
 	origins := e.cfg.AllowedOrigins
-	e.mainMux.Handle("GET "+transport.PathNegotiate, crossOrigin(origins, neg))
+	e.mainMux.Handle("GET "+transport.PathNegotiate, transport.CrossOrigin(origins, neg))
 	// A cross-origin negotiate with the access token is preflighted.
-	e.mainMux.Handle("OPTIONS "+transport.PathNegotiate, crossOrigin(origins, http.NotFoundHandler()))
+	e.mainMux.Handle("OPTIONS "+transport.PathNegotiate, transport.CrossOrigin(origins, http.NotFoundHandler()))
 	e.mainMux.Handle(transport.PathWebSocket, rt.ws)
-	e.mainMux.Handle("POST "+transport.PathWebRTC, crossOrigin(origins, rt.rtc))
-	e.mainMux.Handle("OPTIONS "+transport.PathWebRTC, crossOrigin(origins, http.NotFoundHandler()))
+	e.mainMux.Handle("POST "+transport.PathWebRTC, transport.CrossOrigin(origins, rt.rtc))
+	e.mainMux.Handle("OPTIONS "+transport.PathWebRTC, transport.CrossOrigin(origins, http.NotFoundHandler()))
 
 	e.runners = append(e.runners, gw.Run)
 	if e.h3Conn != nil {

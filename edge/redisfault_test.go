@@ -15,6 +15,7 @@ import (
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/egbeclient"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestRedisOutage: with Redis gone, a live session keeps working, a new
@@ -108,15 +109,15 @@ func TestRedisOutage(t *testing.T) {
 	}
 	// Re-arming restores the room (armed, as after any state loss); the
 	// operator then opens it again.
-	waitUntil(t, 20*time.Second, "the operator's re-arm", operator("/api/v1/queue/rearm", `{"reason":"redis restarted empty"}`))
-	waitUntil(t, 20*time.Second, "the operator's disarm", operator("/api/v1/queue/arm", `{"region":"","armed":false}`))
+	testwait.Within(t, 20*time.Second, "the operator's re-arm", operator("/api/v1/queue/rearm", `{"reason":"redis restarted empty"}`))
+	testwait.Within(t, 20*time.Second, "the operator's disarm", operator("/api/v1/queue/arm", `{"region":"","armed":false}`))
 	var lastErr error
 	defer func() {
 		if t.Failed() {
 			t.Logf("last hello error: %v", lastErr)
 		}
 	}()
-	waitUntil(t, 30*time.Second, "new sessions after the re-arm", func() bool {
+	testwait.Within(t, 30*time.Second, "new sessions after the re-arm", func() bool {
 		c, err := egbeclient.Dial(ctx, egbeclient.Options{Kind: "websocket", HTTPBase: te.httpURL("")})
 		if err != nil {
 			return false

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // revoke posts body (nil: none) to the operator endpoint of te.
@@ -173,7 +174,7 @@ func TestRevokeFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.Close()
-	waitUntil(t, 20*time.Second, "the session gone from edge A", func() bool {
+	testwait.Within(t, 20*time.Second, "the session gone from edge A", func() bool {
 		_, ok := a.rt.gw.Session(h.GetSessionId())
 		return !ok
 	})
@@ -210,7 +211,7 @@ func TestRevokeFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c2.Close()
-	waitUntil(t, 20*time.Second, "the second session gone from edge A", func() bool {
+	testwait.Within(t, 20*time.Second, "the second session gone from edge A", func() bool {
 		_, ok := a.rt.gw.Session(h2.GetSessionId())
 		return !ok
 	})

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oshun/egbe-edge/internal/opsboard"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestFleetMembershipOnStop: two edges on one Redis are members of one
@@ -26,13 +28,13 @@ func TestFleetMembershipOnStop(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var snap opsSnapshot
+		var snap opsboard.Snapshot
 		if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil || snap.Fleet == nil {
 			t.Fatalf("fleet view: %d %v %+v", resp.StatusCode, err, snap)
 		}
 		return snap.Fleet.Edges
 	}
-	waitUntil(t, 10*time.Second, "both edges in A's fleet view", func() bool { return edges() == 2 })
+	testwait.Within(t, 10*time.Second, "both edges in A's fleet view", func() bool { return edges() == 2 })
 	b.stop(t)
 	if n := edges(); n != 1 {
 		t.Fatalf("A's fleet view right after B stopped counts %d edges, want 1 (B left the membership)", n)

@@ -48,22 +48,6 @@ func (e *Edge) fleetSessions(ctx context.Context) (int, error) {
 	if e.px != nil {
 		n += e.px.mm.Dashboard().Totals.Sessions
 	}
-	if e.board != nil {
-		fams, _, err := e.fleetFamilies(ctx)
-		if err != nil {
-			return n, err
-		}
-		for _, s := range fams["egbe_shard_sessions"] {
-			n += int(s.Value)
-		}
-		return n, nil
-	}
-	fams, err := gatherOps(e.reg)
-	if err != nil {
-		return n, err
-	}
-	for _, s := range fams["egbe_shard_sessions"] {
-		n += int(s.Value)
-	}
-	return n, nil
+	rt, err := e.ops.Total(ctx, "egbe_shard_sessions")
+	return n + int(rt), err
 }

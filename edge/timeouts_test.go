@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // startEdgeTimeouts is startEdge with the servers' timeouts shortened, so a
@@ -29,7 +30,7 @@ func startEdgeTimeouts(t *testing.T, public, admin httpTimeouts) *testEdge {
 	te := &testEdge{Edge: e, addrs: e.Addrs(), cancel: cancel, done: make(chan error, 1)}
 	go func() { te.done <- e.Run(ctx) }()
 	t.Cleanup(func() { te.stop(t) })
-	waitUntil(t, 20*time.Second, "edge ready", func() bool {
+	testwait.Within(t, 20*time.Second, "edge ready", func() bool {
 		resp, err := http.Get(te.adminURL("/readyz"))
 		if err != nil {
 			return false

@@ -18,6 +18,7 @@ import (
 	"github.com/pion/turn/v5"
 
 	"github.com/oshun/egbe-edge/internal/coturntest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/turnrelay"
 )
 
@@ -148,7 +149,7 @@ func TestEdgeTURN(t *testing.T) {
 	if got := te.scrape(t, `egbe_turn_allocations{transport="tcp"}`); got != 1 {
 		t.Errorf("tcp allocations %v, want 1", got)
 	}
-	waitUntil(t, 5*time.Second, "relayed bytes counted", func() bool {
+	testwait.Within(t, 5*time.Second, "relayed bytes counted", func() bool {
 		return te.scrape(t, `egbe_turn_relayed_bytes_total{direction="client_to_peer"}`) > 0
 	})
 	// A tampered credential is refused and counted.

@@ -11,6 +11,7 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/oshun/egbe-edge/internal/coturntest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/turnrelay"
 )
 
@@ -116,7 +117,7 @@ func TestConfigMessageTURNCredentials(t *testing.T) {
 // turnCredentialTTL. It allocates on the embedded TURN.
 func TestMatchAndConfigTURNCredentials(t *testing.T) {
 	te := startEdge(t, func(c *Config) { c.DevStreamers = 1; c.PxstreamAuth = "token" })
-	waitUntil(t, 20*time.Second, "a streamer", func() bool { return len(te.px.srv.Registry().Snapshot()) == 1 })
+	testwait.Within(t, 20*time.Second, "a streamer", func() bool { return len(te.px.srv.Registry().Snapshot()) == 1 })
 	code, body := te.match(t, te.devToken(t, "viewer-9"))
 	var m struct {
 		Token         string            `json:"token"`

@@ -10,6 +10,7 @@ import (
 	"github.com/oshun/egbe-edge/shard"
 	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/state/redisstate"
+	"github.com/oshun/egbe-edge/transport"
 )
 
 // publicURL is the base URL clients reach this edge at: --public-url, or
@@ -88,7 +89,7 @@ func (e *Edge) buildVoice(bridge *voiceBridge) error {
 		return err
 	}
 	bridge.s = s
-	e.mainMux.Handle("/v6/voice/", crossOrigin(e.cfg.AllowedOrigins, s.Handler()))
+	e.mainMux.Handle("/v6/voice/", transport.CrossOrigin(e.cfg.AllowedOrigins, s.Handler()))
 	e.runners = append(e.runners, s.Run)
 	e.closers = append(e.closers, s.Close)
 	return nil

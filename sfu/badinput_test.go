@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func TestBadInput(t *testing.T) {
@@ -86,7 +87,7 @@ func TestLeaveAndEvents(t *testing.T) {
 	e := newEnv(t, nil)
 	cs := e.joinAll(2, tm{id: 1, room: "r"}, tm{id: 2, room: "r"})
 	expectHearing(t, cs, map[*client][]byte{cs[0]: {2}, cs[1]: {1}})
-	waitFor(t, 5*time.Second, "active speaker event", func() bool {
+	testwait.Within(t, 5*time.Second, "active speaker event", func() bool {
 		ev := e.notes.last(sessionName(1))
 		return ev != nil && len(ev.ActiveSpeakerEntityIds) == 1 && ev.ActiveSpeakerEntityIds[0] == 2
 	})
@@ -102,7 +103,7 @@ func TestLeaveAndEvents(t *testing.T) {
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("leave: %d", resp.StatusCode)
 	}
-	waitFor(t, 5*time.Second, "empty slots event", func() bool {
+	testwait.Within(t, 5*time.Second, "empty slots event", func() bool {
 		ev := e.notes.last(sessionName(1))
 		return ev != nil && len(ev.ActiveSpeakerEntityIds) == 0
 	})
@@ -122,7 +123,7 @@ func TestQuality(t *testing.T) {
 	expectHearing(t, cs, map[*client][]byte{cs[0]: {2}, cs[1]: {1}})
 	// RTT comes from the client's receiver reports on its slot (sent
 	// every second or so), jitter from its microphone stream.
-	waitFor(t, 15*time.Second, "RTT and jitter sampled", func() bool {
+	testwait.Within(t, 15*time.Second, "RTT and jitter sampled", func() bool {
 		q, ok := e.sfu.PeerQuality(cs[0].peerID)
 		return ok && q.RTTMs > 0 && q.JitterMs > 0
 	})
@@ -169,6 +170,6 @@ func TestQualitySamplingWhilePeersHangUp(t *testing.T) {
 		for _, c := range cs {
 			c.close()
 		}
-		waitFor(t, 10*time.Second, "every peer gone", func() bool { return testutil.ToFloat64(e.sfu.m.peers) == 0 })
+		testwait.Within(t, 10*time.Second, "every peer gone", func() bool { return testutil.ToFloat64(e.sfu.m.peers) == 0 })
 	}
 }

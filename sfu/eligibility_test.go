@@ -6,6 +6,7 @@ import (
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func mute(id uint32) *codec.VoiceControl {
@@ -119,7 +120,7 @@ func TestEligibility(t *testing.T) {
 			c.level.Store(levels[id])
 			cs = append(cs, c)
 		}
-		waitFor(t, 5*time.Second, "listener 1's slots to settle", func() bool {
+		testwait.Within(t, 5*time.Second, "listener 1's slots to settle", func() bool {
 			ev := e.notes.last(sessionName(1))
 			return ev != nil && len(ev.ActiveSpeakerEntityIds) == 2 &&
 				((ev.SlotEntityIds[0] == 2 && ev.SlotEntityIds[1] == 5) || (ev.SlotEntityIds[0] == 5 && ev.SlotEntityIds[1] == 2))
@@ -127,7 +128,7 @@ func TestEligibility(t *testing.T) {
 		expectHearing(t, cs[:1], map[*client][]byte{cs[0]: {5, 2}})
 		// 2 goes quiet (level 127 = silence): 3 is now the loudest non-squad.
 		cs[1].level.Store(127)
-		waitFor(t, 5*time.Second, "slot switch to speaker 3", func() bool { return cs[0].snapshot()[3] > 0 })
+		testwait.Within(t, 5*time.Second, "slot switch to speaker 3", func() bool { return cs[0].snapshot()[3] > 0 })
 		expectHearing(t, cs[:1], map[*client][]byte{cs[0]: {5, 3}})
 	})
 }

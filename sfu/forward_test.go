@@ -13,6 +13,8 @@ import (
 	"github.com/pion/rtp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // sinkWriter is a TrackLocalWriter that counts, optionally failing.
@@ -215,7 +217,7 @@ func TestForwardPionZeroAllocs(t *testing.T) {
 			}
 			// Warm up: the speaker's track arrives, the room is
 			// recomputed and every listener's slot carries it.
-			waitFor(t, 20*time.Second, "every listener hears the speaker", func() bool {
+			testwait.Within(t, 20*time.Second, "every listener hears the speaker", func() bool {
 				r.speak(t)
 				for _, l := range listeners {
 					if l.slots[0].sent.Load() < 3 {
@@ -267,7 +269,7 @@ func TestForwardPionZeroAllocs(t *testing.T) {
 				t.Errorf("%d allocations on the read loop's path over %d packets (%d listeners)", path, 10*51, n)
 			}
 			// And the listeners received every packet forwarded.
-			waitFor(t, 5*time.Second, "receivers count the forwarded packets", func() bool {
+			testwait.Within(t, 5*time.Second, "receivers count the forwarded packets", func() bool {
 				return r.count(t)-count0 >= want-want0
 			})
 		})

@@ -24,6 +24,7 @@ import (
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/iceport"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // testSessions is a map-backed Sessions.
@@ -429,18 +430,6 @@ func (c *client) receivedExcept(ids ...byte) (pkts, bytes int) {
 	return pkts, bytes
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // expectHearing resets counts, waits until every expected (listener,
 // speaker) pair has received n packets, then asserts that no listener
 // received from any speaker outside its expected set in that window.
@@ -458,7 +447,7 @@ func expectHearing(t *testing.T, clients []*client, want map[*client][]byte) {
 			}
 		}
 	}()
-	waitFor(t, 10*time.Second, "expected speakers to start", func() bool {
+	testwait.Within(t, 10*time.Second, "expected speakers to start", func() bool {
 		for l, sps := range want {
 			got := l.snapshot()
 			for _, sp := range sps {
@@ -472,7 +461,7 @@ func expectHearing(t *testing.T, clients []*client, want map[*client][]byte) {
 	for _, c := range clients {
 		c.reset()
 	}
-	waitFor(t, 10*time.Second, "expected speakers to arrive", func() bool {
+	testwait.Within(t, 10*time.Second, "expected speakers to arrive", func() bool {
 		for l, sps := range want {
 			got := l.snapshot()
 			for _, sp := range sps {

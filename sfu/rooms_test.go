@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/state"
 )
 
@@ -53,7 +54,7 @@ func TestRoomElsewhere(t *testing.T) {
 		t.Fatalf("leave: %v %v", resp, err)
 	}
 	c.close()
-	waitFor(t, 5*time.Second, "room released after the last peer left", func() bool {
+	testwait.Within(t, 5*time.Second, "room released after the last peer left", func() bool {
 		_, mine, _ := other.Claim(ctx, "grove")
 		if mine {
 			_ = other.Release(ctx, "grove")
@@ -119,7 +120,7 @@ func TestRoomLostEndsPeers(t *testing.T) {
 		t.Fatalf("%d peers after two joins", n)
 	}
 	rooms.steal.Store(true)
-	waitFor(t, 5*time.Second, "peers of the taken rooms ended", func() bool { return e.peerCount() == 0 })
+	testwait.Within(t, 5*time.Second, "peers of the taken rooms ended", func() bool { return e.peerCount() == 0 })
 }
 
 func (e *testEnv) peerCount() int {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/pion/rtcp"
 	"github.com/pion/webrtc/v4"
 )
@@ -228,7 +229,7 @@ func TestVoiceRTCP(t *testing.T) {
 		t.Fatal("no receiver report echoing the client's sender report")
 	}
 	// RTT on the slots comes from the client's reports on our SRs.
-	waitFor(t, 15*time.Second, "RTT from the slot's reports", func() bool {
+	testwait.Within(t, 15*time.Second, "RTT from the slot's reports", func() bool {
 		q, ok := e.sfu.PeerQuality(cs[1].peerID)
 		return ok && q.RTTMs > 0
 	})

@@ -3,6 +3,8 @@ package sfu
 import (
 	"testing"
 	"time"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestSlotSwitchContinuity: a listener with one slot hears A, then B (A
@@ -17,16 +19,16 @@ func TestSlotSwitchContinuity(t *testing.T) {
 	a.level.Store(10) // louder: ranks first
 	b.level.Store(30)
 	l := cs[0]
-	waitFor(t, 5*time.Second, "A in the slot", func() bool { return l.snapshot()[2] >= 10 })
+	testwait.Within(t, 5*time.Second, "A in the slot", func() bool { return l.snapshot()[2] >= 10 })
 	if err := e.sfu.Control(sessionName(1), mute(2)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "B in the slot", func() bool { return l.snapshot()[3] >= 10 })
+	testwait.Within(t, 5*time.Second, "B in the slot", func() bool { return l.snapshot()[3] >= 10 })
 	if err := e.sfu.Control(sessionName(1), unmute(2)); err != nil {
 		t.Fatal(err)
 	}
 	n := l.snapshot()[2]
-	waitFor(t, 5*time.Second, "A back in the slot", func() bool { return l.snapshot()[2] >= n+10 })
+	testwait.Within(t, 5*time.Second, "A back in the slot", func() bool { return l.snapshot()[2] >= n+10 })
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -71,7 +73,7 @@ func TestStalledListener(t *testing.T) {
 	cs[0].reset()
 	start := time.Now()
 	// 1 keeps receiving 3 at the full 50 packets/s.
-	waitFor(t, 3*time.Second, "50 packets at the unaffected listener", func() bool { return cs[0].snapshot()[3] >= 50 })
+	testwait.Within(t, 3*time.Second, "50 packets at the unaffected listener", func() bool { return cs[0].snapshot()[3] >= 50 })
 	if d := time.Since(start); d > 1500*time.Millisecond {
 		t.Fatalf("50 packets took %v (50 pps expected)", d)
 	}

@@ -38,11 +38,11 @@ func TestDirectory(t *testing.T) {
 
 // TestMemoryPins is the PinStore contract; a Redis store must pass it too.
 func TestMemoryPins(t *testing.T) {
-	testPinStore(t, NewMemoryPins())
+	testPinStore(t, NewMemoryPins(nil))
 }
 
 func TestStatePinsContract(t *testing.T) {
-	testPinStore(t, NewStatePins(state.NewMemoryKV(nil), time.Minute))
+	testPinStore(t, NewStatePins(state.NewMemoryKV(nil), time.Minute, nil))
 }
 
 func testPinStore(t *testing.T, ps PinStore) {
@@ -71,7 +71,7 @@ func testPinStore(t *testing.T, ps PinStore) {
 }
 
 func TestMemoryPinsSweep(t *testing.T) {
-	m := NewMemoryPins()
+	m := NewMemoryPins(nil)
 	past := time.Now().Add(-time.Minute)
 	for i := range 1024 {
 		_ = m.Put(context.Background(), Pin{SessionID: string(rune('a'+i%26)) + time.Duration(i).String(), ShardID: "a", ExpiresAt: past})

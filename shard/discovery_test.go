@@ -13,6 +13,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/state/redisstate"
@@ -66,8 +67,8 @@ func TestDiscoveryOverRedis(t *testing.T) {
 
 	e := newTestEnv(t, nil, shardSpec{id: "s1", instances: []string{"orun-grove"}, agents: 10})
 	a := e.startDiscoveryGateway(t, e.g.cfg, dir)
-	waitFor(t, "A's link to s1", func() bool { return a.LinkUp("s1") })
-	waitFor(t, "s1 announced", func() bool {
+	testwait.For(t, "A's link to s1", func() bool { return a.LinkUp("s1") })
+	testwait.For(t, "s1 announced", func() bool {
 		r, ok := listed(t, dir, "s1")
 		return ok && r.Addr == e.shards["s1"].Addr() && slices.Equal(r.Instances, []string{"orun-grove"})
 	})
@@ -75,7 +76,7 @@ func TestDiscoveryOverRedis(t *testing.T) {
 	bare := DefaultConfig()
 	bare.HandshakeTimeout = 5 * time.Second
 	b := e.startDiscoveryGateway(t, bare, dir)
-	waitFor(t, "B to discover and link s1", func() bool { return b.LinkUp("s1") })
+	testwait.For(t, "B to discover and link s1", func() bool { return b.LinkUp("s1") })
 	if !b.Ready() {
 		t.Fatal("B is unready with its discovered link up")
 	}
@@ -98,7 +99,7 @@ func TestDiscoveryOverRedis(t *testing.T) {
 	dead.Shards = map[string]string{"s1": "127.0.0.1:9"}
 	cdir := &watchDir{ShardDirectory: dir}
 	cg := e.startDiscoveryGateway(t, dead, cdir)
-	waitFor(t, "C to list the directory (with s1 in it) three times", func() bool { return cdir.lists.Load() >= 3 })
+	testwait.For(t, "C to list the directory (with s1 in it) three times", func() bool { return cdir.lists.Load() >= 3 })
 	if l := cg.link("s1"); l == nil || l.address() != "127.0.0.1:9" || cg.LinkUp("s1") {
 		t.Fatalf("C's configured s1 was replaced by the announced one: %+v", l)
 	}
@@ -109,8 +110,8 @@ func TestDiscoveryOverRedis(t *testing.T) {
 	// s1 stops: every link to it goes down, nobody announces it, and its
 	// record lapses within the TTL (three intervals).
 	_ = e.shards["s1"].Close()
-	waitFor(t, "links down", func() bool { return !a.LinkUp("s1") && !b.LinkUp("s1") })
-	waitFor(t, "s1 to lapse from the directory", func() bool { _, ok := listed(t, dir, "s1"); return !ok })
+	testwait.For(t, "links down", func() bool { return !a.LinkUp("s1") && !b.LinkUp("s1") })
+	testwait.For(t, "s1 to lapse from the directory", func() bool { _, ok := listed(t, dir, "s1"); return !ok })
 	// B's discovered link stays (it redials until the gateway stops).
 	if b.link("s1") == nil {
 		t.Fatal("B dropped its discovered link")
@@ -129,7 +130,7 @@ func TestDiscoveryMemoryDirectory(t *testing.T) {
 	bare.EdgeID = "edge-b"
 	bdir := &watchDir{ShardDirectory: dir}
 	b := e.startDiscoveryGateway(t, bare, bdir)
-	waitFor(t, "B to link both shards", func() bool { return b.LinkUp("east") && b.LinkUp("west") })
+	testwait.For(t, "B to link both shards", func() bool { return b.LinkUp("east") && b.LinkUp("west") })
 	for inst, want := range map[string]string{"orun-grove": "east", "aye-shore": "west"} {
 		c := e.serveOn(b, "webtransport", true)
 		if h := c.handshake(e.hello("bea", inst)); h.ShardId != want {
@@ -138,7 +139,7 @@ func TestDiscoveryMemoryDirectory(t *testing.T) {
 	}
 	// B announces what it linked too (so the shards outlive A in the
 	// directory); the rounds since changed nothing.
-	waitFor(t, "B to announce both shards", func() bool {
+	testwait.For(t, "B to announce both shards", func() bool {
 		return bdir.announcedBy("east", "edge-b") && bdir.announcedBy("west", "edge-b")
 	})
 	if n := len(b.linkList()); n != 2 {
@@ -158,7 +159,7 @@ func TestDiscoveryFollowsMovedShard(t *testing.T) {
 	bare.HandshakeTimeout = 5 * time.Second
 	b := e.startDiscoveryGateway(t, bare, dir)
 	first := e.shards["s1"].Addr()
-	waitFor(t, "B to link s1", func() bool { return b.LinkUp("s1") })
+	testwait.For(t, "B to link s1", func() bool { return b.LinkUp("s1") })
 	if l := b.link("s1"); l.moveTo("127.0.0.1:9") || l.address() != first {
 		t.Fatalf("an up link moved: now at %s", l.address())
 	}
@@ -166,7 +167,7 @@ func TestDiscoveryFollowsMovedShard(t *testing.T) {
 	// s1 restarts elsewhere; an edge configured with the new address
 	// links it and announces it.
 	_ = e.shards["s1"].Close()
-	waitFor(t, "B's link down", func() bool { return !b.LinkUp("s1") })
+	testwait.For(t, "B's link down", func() bool { return !b.LinkUp("s1") })
 	moved, err := shardsim.Start(e.ctx, shardsim.Config{Listen: "127.0.0.1:0", ShardID: "s1", Instances: []string{"orun-grove"}, Agents: 5, Players: 2, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +179,7 @@ func TestDiscoveryFollowsMovedShard(t *testing.T) {
 	cfgC.Instances = map[string]string{"orun-grove": "s1"}
 	e.startDiscoveryGateway(t, cfgC, dir)
 
-	waitFor(t, "B to relink s1 at its new address", func() bool { return b.LinkUp("s1") })
+	testwait.For(t, "B to relink s1 at its new address", func() bool { return b.LinkUp("s1") })
 	if got := b.link("s1").address(); got != moved.Addr() {
 		t.Fatalf("B linked s1 at %s, want %s", got, moved.Addr())
 	}

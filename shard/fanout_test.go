@@ -12,6 +12,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/internal/linkio"
 )
 
@@ -75,7 +76,7 @@ func observe(t *testing.T, addr, instance string) *observer {
 func (o *observer) world(t *testing.T, seq uint64) *codec.World {
 	t.Helper()
 	var w *codec.World
-	waitFor(t, fmt.Sprintf("observer has snapshot %d", seq), func() bool {
+	testwait.For(t, fmt.Sprintf("observer has snapshot %d", seq), func() bool {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		w = o.worlds[seq]

@@ -73,7 +73,7 @@ type Deps struct {
 	Signer        *auth.Signer // required
 	Admit         Admitter     // nil: admit all
 	Voice         VoiceHooks   // nil: voice controls are ignored
-	Pins          PinStore     // nil: NewMemoryPins()
+	Pins          PinStore     // nil: NewMemoryPins(Now)
 	FallbackChain func() []string
 	Logger        *slog.Logger
 	Now           func() time.Time
@@ -131,7 +131,7 @@ func NewGateway(cfg Config, d Deps) (*Gateway, error) {
 		d.Now = time.Now
 	}
 	if d.Pins == nil {
-		d.Pins = NewMemoryPins()
+		d.Pins = NewMemoryPins(d.Now)
 	}
 	if d.Revocations == nil {
 		d.Revocations = state.NewMemoryRevocations(d.Now)

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -46,7 +47,7 @@ func TestSessionEndToEnd(t *testing.T) {
 		t.Fatalf("applied %v", got)
 	}
 	_ = tc.c.Close(1000, "bye")
-	waitFor(t, "session gone", func() bool { return e.g.Sessions() == 0 })
+	testwait.For(t, "session gone", func() bool { return e.g.Sessions() == 0 })
 }
 
 // TestSnapshotLaneBySize: snapshots go on the unreliable lane when they fit

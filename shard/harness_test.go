@@ -16,6 +16,7 @@ import (
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 )
 
@@ -190,7 +191,7 @@ func newTestEnv(t testing.TB, mut func(*Config), specs ...shardSpec) *testEnv {
 	go func() { defer e.wg.Done(); _ = e.g.Run(ctx) }()
 	t.Cleanup(e.close)
 	for id := range cfg.Shards {
-		waitFor(t, "link "+id+" up", func() bool { return e.g.LinkUp(id) })
+		testwait.For(t, "link "+id+" up", func() bool { return e.g.LinkUp(id) })
 	}
 	return e
 }
@@ -225,19 +226,6 @@ func (e *testEnv) token(sub string) string {
 func (e *testEnv) hello(sub, instance string) *codec.ClientHello {
 	return &codec.ClientHello{AccessToken: e.token(sub), InstanceId: instance, AuthorityKind: codec.AuthorityKind_UE_CLIENT,
 		ProtocolVersion: codec.ProtocolVersion, Capabilities: codec.ServerCapabilities}
-}
-
-// waitFor polls cond (never sleeps to synchronise; a generous cap only
-// turns a hang into a failure).
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // tclient drives a memConn from the client side.

@@ -155,6 +155,7 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn, addr string) bool {
 		return false
 	}
 	r := linkio.NewReader(st)
+	// A socket deadline is on the wall clock, whatever the gateway's says.
 	_ = st.SetReadDeadline(time.Now().Add(l.g.cfg.HeartbeatTimeout + time.Second))
 	var f codec.LinkShardFrame
 	if err := r.ReadShard(&f); err != nil {
@@ -169,7 +170,7 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn, addr string) bool {
 	}
 	_ = st.SetReadDeadline(time.Time{})
 	l.g.dir.Register(l.id, sh.Instances, int(sh.Capacity), int(sh.Sessions))
-	l.lastSeen.Store(time.Now().UnixNano())
+	l.lastSeen.Store(l.g.now().UnixNano())
 
 	// The lanes' and the control writer's goroutines end with cctx or the
 	// connection; the connection is closed before they are waited for.
@@ -244,7 +245,9 @@ func (l *link) writeLoop(ctx context.Context, conn *quic.Conn, st *quic.Stream) 
 				return
 			}
 		case now := <-t.C:
-			if age := now.UnixNano() - l.lastSeen.Load(); age > int64(l.g.cfg.HeartbeatTimeout) {
+			// lastSeen is on the gateway's clock; the ping's timestamp is
+			// the wall clock the pong's RTT is measured against.
+			if age := l.g.now().UnixNano() - l.lastSeen.Load(); age > int64(l.g.cfg.HeartbeatTimeout) {
 				l.log.Warn("link heartbeat lost", "since", time.Duration(age))
 				_ = conn.CloseWithError(linkio.CodeHeartbeat, "heartbeat timeout")
 				return
@@ -284,7 +287,7 @@ func (l *link) readLoop(conn *quic.Conn, r *linkio.Reader) {
 			}
 			return
 		}
-		l.lastSeen.Store(time.Now().UnixNano())
+		l.lastSeen.Store(l.g.now().UnixNano())
 		switch f.Kind {
 		case codec.ShardSnapshotKind:
 			feed := l.feeds[f.Snapshot.InstanceID]

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/internal/linkio"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 )
@@ -66,7 +67,7 @@ func (e *testEnv) newGateway(t *testing.T, d Deps) *Gateway {
 	}
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); _ = g.Run(e.ctx) }()
-	waitFor(t, "gateway linked", g.Ready)
+	testwait.For(t, "gateway linked", g.Ready)
 	return g
 }
 
@@ -98,7 +99,7 @@ func TestAdmissionAndVoiceSeams(t *testing.T) {
 	// Voice: presence reaches the hook, controls too; events go out.
 	c1.send(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Presence{Presence: &codec.PresencePacket{Position: &codec.Vec3{XMm: 5}}}})
 	c1.send(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Voice{Voice: &codec.VoiceControl{Op: &codec.VoiceControl_MuteEntityId{MuteEntityId: 7}}}})
-	waitFor(t, "voice hooks", func() bool {
+	testwait.For(t, "voice hooks", func() bool {
 		voice.mu.Lock()
 		defer voice.mu.Unlock()
 		return voice.presence > 0 && len(voice.controls) == 1
@@ -118,7 +119,7 @@ func TestAdmissionAndVoiceSeams(t *testing.T) {
 
 	// Session end releases admission and tells the SFU; a resume is flagged.
 	_ = c1.c.Close(1006, "")
-	waitFor(t, "released", func() bool { return adm.released.Load() == 1 })
+	testwait.For(t, "released", func() bool { return adm.released.Load() == 1 })
 	voice.mu.Lock()
 	closed := append([]string(nil), voice.closed...)
 	voice.mu.Unlock()
@@ -195,13 +196,13 @@ func TestHeartbeatLoss(t *testing.T) {
 	gwg.Add(1)
 	go func() { defer gwg.Done(); _ = g.Run(gctx) }()
 	defer func() { gcancel(); gwg.Wait() }()
-	waitFor(t, "link up", func() bool { return g.LinkUp("mute") })
+	testwait.For(t, "link up", func() bool { return g.LinkUp("mute") })
 	if r, err := g.Directory().RouteFor("quiet"); err != nil || r.ShardID != "mute" {
 		t.Fatalf("registration: %+v %v", r, err)
 	}
 	// Both ends count the second connection, each when its side of the
 	// handshake completes (not at the same instant).
-	waitFor(t, "link declared down and redialled", func() bool {
+	testwait.For(t, "link declared down and redialled", func() bool {
 		return accepted.Load() >= 2 && testutil.ToFloat64(g.m.linkConnects.WithLabelValues("mute", "ok")) >= 2
 	})
 }
@@ -275,8 +276,8 @@ func TestLinkToken(t *testing.T) {
 	bad, stopBad := start("guess")
 	good, stopGood := start("sesame")
 	defer stopGood()
-	waitFor(t, "the keyed link up", func() bool { return good.LinkUp("locked") })
-	waitFor(t, "the unkeyed edge retried", func() bool {
+	testwait.For(t, "the keyed link up", func() bool { return good.LinkUp("locked") })
+	testwait.For(t, "the unkeyed edge retried", func() bool {
 		return testutil.ToFloat64(bad.m.linkConnects.WithLabelValues("locked", "ok")) >= 3
 	})
 	if bad.LinkUp("locked") {

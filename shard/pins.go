@@ -30,6 +30,7 @@ type PinStore interface {
 
 // MemoryPins is the in-process PinStore.
 type MemoryPins struct {
+	now  func() time.Time // immutable after NewMemoryPins: the sweep's clock
 	mu   sync.Mutex
 	pins map[string]Pin // guarded by mu
 	puts int            // guarded by mu: counts puts between sweeps
@@ -37,17 +38,23 @@ type MemoryPins struct {
 
 var _ PinStore = (*MemoryPins)(nil)
 
-// NewMemoryPins returns an empty store.
-func NewMemoryPins() *MemoryPins { return &MemoryPins{pins: map[string]Pin{}} }
+// NewMemoryPins returns an empty store whose sweep reads now (nil:
+// time.Now); give it the clock the pins' ExpiresAt come from.
+func NewMemoryPins(now func() time.Time) *MemoryPins {
+	if now == nil {
+		now = time.Now
+	}
+	return &MemoryPins{now: now, pins: map[string]Pin{}}
+}
 
 // Put implements PinStore. Every 1024 puts it sweeps pins that expired
-// before the wall clock (Get also drops an expired pin it finds).
+// before now (Get also drops an expired pin it finds).
 func (m *MemoryPins) Put(_ context.Context, p Pin) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.pins[p.SessionID] = p
 	if m.puts++; m.puts%1024 == 0 {
-		now := time.Now()
+		now := m.now()
 		for id, q := range m.pins {
 			if !q.ExpiresAt.IsZero() && q.ExpiresAt.Before(now) {
 				delete(m.pins, id)

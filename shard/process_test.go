@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 )
 
@@ -77,7 +78,7 @@ func TestShardProcessKilled(t *testing.T) {
 		c.HeartbeatInterval, c.HeartbeatTimeout = 100*time.Millisecond, 500*time.Millisecond
 		c.ReconnectMin, c.ReconnectMax = 20*time.Millisecond, 200*time.Millisecond
 	}, shardSpec{id: "local", instances: []string{"orun-grove"}, agents: 10})
-	waitFor(t, "process link up", func() bool { return e.g.LinkUp("proc") })
+	testwait.For(t, "process link up", func() bool { return e.g.LinkUp("proc") })
 
 	victim := e.serve("webtransport", true)
 	vh := victim.handshake(e.hello("ada", "far-isle"))
@@ -99,7 +100,7 @@ func TestShardProcessKilled(t *testing.T) {
 	bystander.until("pong", func(env *codec.ServerEnvelope) bool { return env.GetPong() != nil })
 
 	startChildShard(t, addr)
-	waitFor(t, "link back", func() bool { return e.g.LinkUp("proc") })
+	testwait.For(t, "link back", func() bool { return e.g.LinkUp("proc") })
 	c := e.serve("webrtc", true)
 	h := e.hello("ada", "")
 	h.ResumeToken = got.ResumeToken

@@ -8,6 +8,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/state/redisstate"
 )
 
@@ -20,7 +21,7 @@ func TestResumeOnAnotherEdgeOverRedis(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 	conn := redisstate.New(rdb, redisstate.Options{})
-	pins := func() PinStore { return NewStatePins(redisstate.NewKV(conn, redisstate.KVPins), time.Minute) }
+	pins := func() PinStore { return NewStatePins(redisstate.NewKV(conn, redisstate.KVPins), time.Minute, nil) }
 
 	e := newTestEnv(t, nil, shardSpec{id: "s1", instances: []string{"orun-grove"}, agents: 10})
 	a := e.newGateway(t, Deps{Pins: pins()})
@@ -31,7 +32,7 @@ func TestResumeOnAnotherEdgeOverRedis(t *testing.T) {
 	c1.sendActions(1, 3)
 	c1.until("ack 3", func(env *codec.ServerEnvelope) bool { return env.GetActionAck().GetActionId() == 3 })
 	_ = c1.c.Close(1006, "edge A lost")
-	waitFor(t, "session gone from A", func() bool { return a.Sessions() == 0 })
+	testwait.For(t, "session gone from A", func() bool { return a.Sessions() == 0 })
 
 	c2 := e.serveOn(b, "websocket", false)
 	h := e.hello("ada", "")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/state/redisstate"
 )
@@ -63,7 +64,7 @@ func pingPong(c *tclient, n uint64) {
 func TestRevocation(t *testing.T) {
 	e := newTestEnv(t, func(c *Config) { c.PinTTL = 3 * time.Second },
 		shardSpec{id: "s1", instances: []string{"orun-grove"}, agents: 10})
-	pins, revs := NewMemoryPins(), state.NewMemoryRevocations(e.clock.Now)
+	pins, revs := NewMemoryPins(e.clock.Now), state.NewMemoryRevocations(e.clock.Now)
 	a := e.newGateway(t, Deps{Pins: pins, Revocations: revs})
 	b := e.newGateway(t, Deps{Pins: pins, Revocations: revs})
 	if ttl := a.RevocationTTL(); ttl != time.Hour {
@@ -79,7 +80,7 @@ func TestRevocation(t *testing.T) {
 	gone := e.serveOn(a, "websocket", false)
 	hGone := gone.handshake(e.hello("dee", "orun-grove"))
 	_ = gone.c.Close(1006, "network lost")
-	waitFor(t, "dee's session gone", func() bool { _, ok := a.Session(hGone.SessionId); return !ok })
+	testwait.For(t, "dee's session gone", func() bool { _, ok := a.Session(hGone.SessionId); return !ok })
 
 	t.Run("disconnected session cannot resume anywhere", func(t *testing.T) {
 		until, here, err := b.Revoke(context.Background(), hGone.SessionId)
@@ -111,7 +112,7 @@ func TestRevocation(t *testing.T) {
 		}
 		remote.t = t
 		expectEnded(t, remote, codec.CodeResumeRevoked)
-		waitFor(t, "cy's session gone from a", func() bool { _, ok := a.Session(hRemote.SessionId); return !ok })
+		testwait.For(t, "cy's session gone from a", func() bool { _, ok := a.Session(hRemote.SessionId); return !ok })
 		e.expectRefused(t, b, e.resumeHello("cy", hRemote.ResumeToken), codec.CodeResumeRevoked)
 	})
 
@@ -123,7 +124,7 @@ func TestRevocation(t *testing.T) {
 		c.t = t
 		h := c.handshake(e.hello("eve", "orun-grove"))
 		_ = c.c.Close(1006, "network lost")
-		waitFor(t, "eve's session gone", func() bool { _, ok := a.Session(h.SessionId); return !ok })
+		testwait.For(t, "eve's session gone", func() bool { _, ok := a.Session(h.SessionId); return !ok })
 		c2 := e.serveOn(b, "websocket", false)
 		c2.t = t
 		if h2 := c2.handshake(e.resumeHello("eve", h.ResumeToken)); h2.SessionId != h.SessionId || !h2.Resumed {
@@ -222,7 +223,7 @@ func TestRevocationOverRedis(t *testing.T) {
 	deps := func(rdb *redis.Client) Deps {
 		conn := redisstate.New(rdb, redisstate.Options{})
 		return Deps{
-			Pins:        NewStatePins(redisstate.NewKV(conn, redisstate.KVPins), e.g.cfg.PinTTL),
+			Pins:        NewStatePins(redisstate.NewKV(conn, redisstate.KVPins), e.g.cfg.PinTTL, e.clock.Now),
 			Revocations: redisstate.NewRevocations(conn, e.clock.Now),
 			Admit:       leaseAdmitter{redisstate.NewLeases(conn)},
 		}
@@ -235,7 +236,7 @@ func TestRevocationOverRedis(t *testing.T) {
 	c1 := e.serveOn(a, "websocket", false)
 	h1 := c1.handshake(e.hello("ada", "orun-grove"))
 	_ = c1.c.Close(1006, "network lost")
-	waitFor(t, "ada's disconnect pin stored", func() bool {
+	testwait.For(t, "ada's disconnect pin stored", func() bool {
 		v, err := rdbA.Get(context.Background(), "egbe:pin:"+h1.SessionId).Result()
 		return err == nil && strings.Contains(v, `"exp"`)
 	})
@@ -267,5 +268,5 @@ func TestRevocationOverRedis(t *testing.T) {
 	pingPong(bystander, 9)
 	// The client sees its close before the gateway has unregistered the
 	// session: wait for the count, bounded.
-	waitFor(t, "b holding the bystander only", func() bool { return b.Sessions() == 1 })
+	testwait.For(t, "b holding the bystander only", func() bool { return b.Sessions() == 1 })
 }

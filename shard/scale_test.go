@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestScaleWorld is a load run, not a CI test: EGBE_SCALE=N clients
@@ -203,7 +204,7 @@ func TestScaleLinkSessions(t *testing.T) {
 	}
 	hwg.Wait()
 	took := time.Since(start)
-	waitFor(t, "all sessions on the shard", func() bool { return e.shards["s1"].Sessions() == n })
+	testwait.For(t, "all sessions on the shard", func() bool { return e.shards["s1"].Sessions() == n })
 	runtime.GC()
 	var m1 runtime.MemStats
 	runtime.ReadMemStats(&m1)

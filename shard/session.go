@@ -527,7 +527,7 @@ func (s *session) onPresence(p *codec.Presence) {
 	}
 	s.winMu.Unlock()
 
-	now := time.Now()
+	now := s.g.now()
 	s.presMu.Lock()
 	if s.presClosed {
 		s.presMu.Unlock()
@@ -563,7 +563,7 @@ func (s *session) presenceDue() {
 	defer s.presMu.Unlock()
 	s.presArmed = false
 	if !s.presClosed && s.presPending {
-		s.sendPresenceLocked(time.Now())
+		s.sendPresenceLocked(s.g.now())
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func holds(ents []codec.Entity, ids ...uint32) bool {
@@ -130,7 +131,7 @@ func TestUnchangedWorldSendsNothing(t *testing.T) {
 	// keeps one goroutine, its reader.
 	for _, id := range []string{ha.SessionId, hb.SessionId} {
 		s := e.g.lookup(id)
-		waitFor(t, "an idle session's writer ended", func() bool { return !s.writerOn.Load() })
+		testwait.For(t, "an idle session's writer ended", func() bool { return !s.writerOn.Load() })
 	}
 
 	// A moved window is sent at once, whatever the world does.
@@ -168,7 +169,7 @@ func TestGoroutinesPerSession(t *testing.T) {
 	for _, tc := range clients {
 		_ = tc.c.Close(1000, "")
 	}
-	waitFor(t, "sessions gone", func() bool { return e.g.Sessions() == 1 })
+	testwait.For(t, "sessions gone", func() bool { return e.g.Sessions() == 1 })
 }
 
 // TestStalledClientDoesNotHoldLane puts every session on one lane: a
@@ -183,14 +184,14 @@ func TestStalledClientDoesNotHoldLane(t *testing.T) {
 	stalled.send(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Hello{Hello: e.hello("stalled", "orun-grove")}})
 	active := e.serve("webtransport", true)
 	active.handshake(e.hello("active", "orun-grove"))
-	waitFor(t, "both sessions up", func() bool { return e.g.Sessions() == 2 })
+	testwait.For(t, "both sessions up", func() bool { return e.g.Sessions() == 2 })
 	dropped := func() float64 { return testutil.ToFloat64(e.g.m.drops.WithLabelValues(dropEventQueue)) }
 	const actions = 400
 	for id := uint64(1); id <= actions; id += 20 {
 		active.sendActions(id, id+19)
 	}
 	active.until("every action acknowledged", func(env *codec.ServerEnvelope) bool { return env.GetActionAck().GetActionId() == actions })
-	waitFor(t, "the stalled client's events dropped and counted", func() bool { return dropped() > 0 })
+	testwait.For(t, "the stalled client's events dropped and counted", func() bool { return dropped() > 0 })
 	if got := e.shards["s1"].Applied(active.hello.SessionId); len(got) != actions {
 		t.Fatalf("applied %d actions, want %d", len(got), actions)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/shard/shardsim"
 )
 
@@ -56,7 +57,7 @@ func TestResumeOtherTransportExactlyOnce(t *testing.T) {
 	// acknowledges them: the client cannot know which.
 	c1.sendActions(11, 15)
 	_ = c1.c.Close(1006, "network lost")
-	waitFor(t, "old session gone", func() bool { return e.g.Sessions() == 0 })
+	testwait.For(t, "old session gone", func() bool { return e.g.Sessions() == 0 })
 
 	e.clock.Add(30 * time.Second) // well inside the 60 s retention
 	start := time.Now()
@@ -83,7 +84,7 @@ func TestResumeOtherTransportExactlyOnce(t *testing.T) {
 
 	// Past the retention, the same token is refused with a typed error.
 	_ = c2.c.Close(1006, "gone again")
-	waitFor(t, "session gone", func() bool { return e.g.Sessions() == 0 })
+	testwait.For(t, "session gone", func() bool { return e.g.Sessions() == 0 })
 	e.clock.Add(61 * time.Second)
 	c3 := e.serve("webrtc", true)
 	c3.send(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Hello{Hello: h}})
@@ -97,7 +98,7 @@ func TestResumeRefusals(t *testing.T) {
 	c1 := e.serve("websocket", false)
 	h1 := c1.handshake(e.hello("ada", "orun-grove"))
 	_ = c1.c.Close(1006, "")
-	waitFor(t, "session gone", func() bool { return e.g.Sessions() == 0 })
+	testwait.For(t, "session gone", func() bool { return e.g.Sessions() == 0 })
 
 	expiredTok, _ := e.signer.IssueResume(auth.Resume{SessionID: h1.SessionId, ShardID: "s1", InstanceID: "orun-grove", Subject: "ada"}, -time.Minute)
 	unknownTok, _ := e.signer.IssueResume(auth.Resume{SessionID: "s_nope", ShardID: "s1", InstanceID: "orun-grove", Subject: "ada"}, time.Minute)
@@ -163,7 +164,7 @@ func TestShardLossAndReconnect(t *testing.T) {
 	t.Logf("shard loss reached the client in %s", took)
 	// One dead shard of two: its link is down, the edge stays ready for the
 	// instances it can still serve.
-	waitFor(t, "east link down", func() bool { return !e.g.LinkUp("east") })
+	testwait.For(t, "east link down", func() bool { return !e.g.LinkUp("east") })
 	if !e.g.Ready() {
 		t.Fatal("edge went unready with one of its two shards still up")
 	}
@@ -181,7 +182,7 @@ func TestShardLossAndReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.shards["east"] = s
-	waitFor(t, "link back up", func() bool { return e.g.LinkUp("east") && e.g.Ready() })
+	testwait.For(t, "link back up", func() bool { return e.g.LinkUp("east") && e.g.Ready() })
 	c := e.serve("websocket", false)
 	h := e.hello("ada", "")
 	h.ResumeToken = got.ResumeToken

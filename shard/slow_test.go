@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestSlowClientDoesNotDelayOthers stalls one client completely (it never
@@ -44,7 +45,7 @@ func TestSlowClientDoesNotDelayOthers(t *testing.T) {
 		}
 		return fast.lastSeq >= startSeq+40
 	})
-	waitFor(t, "stale drops counted for the slow client", func() bool { return stale() > before })
+	testwait.For(t, "stale drops counted for the slow client", func() bool { return stale() > before })
 	if len(slow.c.out) != cap(slow.c.out) {
 		t.Fatal("the slow client was not stalled throughout")
 	}
@@ -69,7 +70,7 @@ func TestPresenceCoalesced(t *testing.T) {
 		c.send(&codec.ClientEnvelope{Msg: &codec.ClientEnvelope_Presence{Presence: &codec.PresencePacket{Seq: uint64(i), Position: &codec.Vec3{XMm: int32(i), YMm: 5}}}})
 	}
 	// The latest presence wins at the shard...
-	waitFor(t, "latest presence applied", func() bool {
+	testwait.For(t, "latest presence applied", func() bool {
 		obs.mu.Lock()
 		defer obs.mu.Unlock()
 		var newest *codec.World
@@ -151,7 +152,7 @@ func TestDrain(t *testing.T) {
 	}
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); _ = b.Run(e.ctx) }()
-	waitFor(t, "edge B linked", b.Ready)
+	testwait.For(t, "edge B linked", b.Ready)
 
 	const n = 10
 	clients := make([]*tclient, n)
@@ -166,7 +167,7 @@ func TestDrain(t *testing.T) {
 	var drainErr error
 	wg.Add(1)
 	go func() { defer wg.Done(); drainErr = e.g.Drain(ctx) }()
-	waitFor(t, "unready", func() bool { return !e.g.Ready() })
+	testwait.For(t, "unready", func() bool { return !e.g.Ready() })
 	for i, c := range clients {
 		env := c.until("drain", func(env *codec.ServerEnvelope) bool { return env.GetDrain() != nil })
 		d := env.GetDrain()

@@ -13,7 +13,8 @@ import (
 // StatePins is a PinStore over a state.KV: with the Redis KV, every edge of
 // a fleet sees every pin, so a client whose edge died resumes on another.
 type StatePins struct {
-	kv state.KV
+	kv  state.KV
+	now func() time.Time // immutable after NewStatePins: the clock ExpiresAt is on
 	// connectedTTL bounds a connected pin in the store: the owning edge
 	// refreshes it while the session lives, so a pin whose edge died lapses
 	// on its own.
@@ -23,9 +24,14 @@ type StatePins struct {
 var _ PinStore = (*StatePins)(nil)
 
 // NewStatePins stores pins in kv. connectedTTL must exceed the gateway's
-// pin refresh interval (use PinTTL).
-func NewStatePins(kv state.KV, connectedTTL time.Duration) *StatePins {
-	return &StatePins{kv: kv, connectedTTL: connectedTTL}
+// pin refresh interval (use PinTTL). now (nil: time.Now) is the clock the
+// pins' ExpiresAt are on (the gateway's Deps.Now): a disconnected pin's key
+// lives until then.
+func NewStatePins(kv state.KV, connectedTTL time.Duration, now func() time.Time) *StatePins {
+	if now == nil {
+		now = time.Now
+	}
+	return &StatePins{kv: kv, now: now, connectedTTL: connectedTTL}
 }
 
 // storedPin is a Pin's stored form.
@@ -41,7 +47,7 @@ type storedPin struct {
 func (p *StatePins) Put(ctx context.Context, pin Pin) error {
 	ttl := p.connectedTTL
 	if !pin.ExpiresAt.IsZero() {
-		ttl = time.Until(pin.ExpiresAt)
+		ttl = pin.ExpiresAt.Sub(p.now())
 		if ttl <= 0 {
 			ttl = time.Millisecond
 		}

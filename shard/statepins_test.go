@@ -11,7 +11,7 @@ import (
 
 func TestStatePins(t *testing.T) {
 	now := time.Now()
-	pins := NewStatePins(state.NewMemoryKV(nil), time.Minute)
+	pins := NewStatePins(state.NewMemoryKV(nil), time.Minute, nil)
 	ctx := context.Background()
 	if _, err := pins.Get(ctx, "nobody", now); !errors.Is(err, ErrPinNotFound) {
 		t.Fatalf("absent: %v", err)

@@ -248,7 +248,7 @@ func (s *session) remember(seq uint64, ents []codec.Entity, reliable bool) {
 		}
 		arr = append(arr[:0], ents...)
 	}
-	s.hist = append(s.hist, sentState{seq: seq, ents: arr, reliable: reliable, at: time.Now()})
+	s.hist = append(s.hist, sentState{seq: seq, ents: arr, reliable: reliable, at: s.g.now()})
 }
 
 // sendState projects sn to this client's window and sends it as a delta
@@ -265,7 +265,7 @@ func (s *session) sendState(sn *sharedSnap) bool {
 	// history (a full snapshot each time: more bytes for a client already
 	// behind). It still gets a state at least every resendUnacked.
 	if acked != 0 && len(s.hist) > maxInFlight {
-		if last := &s.hist[len(s.hist)-1]; time.Since(last.at) < resendUnacked {
+		if last := &s.hist[len(s.hist)-1]; s.g.now().Sub(last.at) < resendUnacked {
 			m.dropInFlightC.Inc()
 			return true // not settled: looked at again next tick
 		}
@@ -300,7 +300,7 @@ func (s *session) sendState(sn *sharedSnap) bool {
 				s.settle(sn.ver)
 				return true
 			}
-			if time.Since(last.at) < resendUnacked {
+			if s.g.now().Sub(last.at) < resendUnacked {
 				return true // not settled: looked at again next tick
 			}
 		}

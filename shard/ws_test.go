@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // wsConn is a test-only ClientConn over a real gorilla WebSocket (the
@@ -167,7 +168,7 @@ func TestResumeOverRealWebSocketJSON(t *testing.T) {
 	c1.sendActions(1, 5)
 	c1.until("ack 5", func(env *codec.ServerEnvelope) bool { return env.GetActionAck().GetActionId() == 5 })
 	_ = c1.c.Close(1006, "")
-	waitFor(t, "old session gone", func() bool { return e.g.Sessions() == 0 })
+	testwait.For(t, "old session gone", func() bool { return e.g.Sessions() == 0 })
 
 	ws := dialWS(t, url, true)
 	h := e.hello("ada", "orun-grove")

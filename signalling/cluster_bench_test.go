@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // BenchmarkClusterHandshake is BenchmarkHandshake across edges: the
@@ -35,7 +36,7 @@ func BenchmarkClusterHandshake(b *testing.B) {
 				benchRead(b, st) // config
 				benchWrite(b, st, `{"type":"endpointId","id":"`+id+`"}`)
 				benchRead(b, st)
-				poll(b, "registered", func() bool { _, ok := ea.srv.Registry().Get(id); return ok })
+				testwait.For(b, "registered", func() bool { _, ok := ea.srv.Registry().Get(id); return ok })
 				for pb.Next() {
 					benchHandshake(b, ea, st, id, offer)
 				}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/state/redisstate"
 )
@@ -102,7 +103,7 @@ func TestClusterCrossEdge(t *testing.T) {
 	b.tr = a.tr
 
 	s := b.streamerUp("S1@B", "/?pop=eu-west-1&codecs=H264,VP8", "DefaultStreamer")
-	poll(t, "B's streamer in the fleet", func() bool { _, ok := a.srv.Registry().Get("DefaultStreamer"); return ok })
+	testwait.For(t, "B's streamer in the fleet", func() bool { _, ok := a.srv.Registry().Get("DefaultStreamer"); return ok })
 	if info, _ := a.srv.Registry().Get("DefaultStreamer"); info.POP != "eu-west-1" || len(info.Codecs) != 2 || info.State != StateIdle {
 		t.Fatalf("fleet view from A: %+v", info)
 	}
@@ -120,7 +121,7 @@ func TestClusterCrossEdge(t *testing.T) {
 	if want := "Player" + strconv.FormatUint(a.srv.cl.playerBase(), 10); pid != want || pc["dataChannel"] != true || pc["sfu"] != false {
 		t.Fatalf("playerConnected %v, want playerId %s", pc, want)
 	}
-	poll(t, "streaming in the fleet", func() bool {
+	testwait.For(t, "streaming in the fleet", func() bool {
 		i, _ := b.srv.Registry().Get("DefaultStreamer")
 		return i.State == StateStreaming && i.Players == 1
 	})
@@ -155,7 +156,7 @@ func TestClusterCrossEdge(t *testing.T) {
 	s.send(`{"type":"endpointId","id":"Renamed"}`)
 	p.expectRaw(`{"type":"streamerIdChanged","newID":"Renamed"}`)
 	s.expectRaw(`{"type":"endpointIdConfirm","committedId":"Renamed"}`)
-	poll(t, "rename in the fleet", func() bool { _, ok := a.srv.Registry().Get("Renamed"); return ok })
+	testwait.For(t, "rename in the fleet", func() bool { _, ok := a.srv.Registry().Get("Renamed"); return ok })
 
 	// disconnectPlayer closes the player on A with 1011 and the reason;
 	// the streamer then gets playerDisconnected.
@@ -192,7 +193,7 @@ func TestClusterCrossEdge(t *testing.T) {
 	s.expect("playerConnected")
 	s.hangUp()
 	p2.expectClose(websocket.CloseNoStatusReceived, "")
-	poll(t, "B's streamer gone from the fleet", func() bool { _, ok := a.srv.Registry().Get("Renamed"); return !ok })
+	testwait.For(t, "B's streamer gone from the fleet", func() bool { _, ok := a.srv.Registry().Get("Renamed"); return !ok })
 }
 
 // TestClusterMaxPlayers: MaxPlayers is enforced on the streamer's edge, for
@@ -205,7 +206,7 @@ func TestClusterMaxPlayers(t *testing.T) {
 	a, _ := edge(t, conn, "edge-a", cfg, Deps{}, 0)
 	b, _ := edge(t, conn, "edge-b", cfg, Deps{}, 0)
 	s := b.streamerUp("S", "/", "Full")
-	poll(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("Full"); return ok })
+	testwait.For(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("Full"); return ok })
 	pb := b.playerUp("PB", "/")
 	pb.send(`{"type":"subscribe","streamerId":"Full"}`)
 	s.expect("playerConnected")
@@ -228,7 +229,7 @@ func TestClusterLeaseIdleRace(t *testing.T) {
 		a.streamerUp(fmt.Sprintf("SA%d", i), "/?pop=p1&codecs=H264", fmt.Sprintf("a%d", i))
 		b.streamerUp(fmt.Sprintf("SB%d", i), "/?pop=p1&codecs=H264,AV1", fmt.Sprintf("b%d", i))
 	}
-	poll(t, "fleet of 8", func() bool { return a.srv.Registry().Counts()["p1"].Idle == 2*perEdge })
+	testwait.For(t, "fleet of 8", func() bool { return a.srv.Registry().Counts()["p1"].Idle == 2*perEdge })
 
 	until := time.Now().Add(time.Minute)
 	var mu sync.Mutex
@@ -314,7 +315,7 @@ func TestClusterLeaseExpiry(t *testing.T) {
 	a, _ := edge(t, conn, "edge-a", cfg, Deps{Now: clock}, 0)
 	s := a.streamerUp("S", "/?pop=p1", "x")
 	reg := a.srv.Registry()
-	poll(t, "registered", func() bool { _, ok := reg.Get("x"); return ok })
+	testwait.For(t, "registered", func() bool { _, ok := reg.Get("x"); return ok })
 	if _, err := reg.LeaseIdle("p1", "", "s1", clock().Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -328,10 +329,10 @@ func TestClusterLeaseExpiry(t *testing.T) {
 	p := a.playerUp("P", "/")
 	p.send(`{"type":"subscribe","streamerId":"x"}`)
 	s.expect("playerConnected")
-	poll(t, "streaming", func() bool { i, _ := reg.Get("x"); return i.State == StateStreaming })
+	testwait.For(t, "streaming", func() bool { i, _ := reg.Get("x"); return i.State == StateStreaming })
 	p.hangUp()
 	s.expect("playerDisconnected")
-	poll(t, "leased in grace", func() bool {
+	testwait.For(t, "leased in grace", func() bool {
 		i, _ := reg.Get("x")
 		return i.State == StateLeased && i.LeaseUntil.Equal(clock().Add(cfg.LeaseGrace))
 	})
@@ -351,14 +352,14 @@ func TestClusterEdgeDies(t *testing.T) {
 	a, _ := edge(t, conn, "edge-a", Default(), Deps{}, ttl)
 	b, clB := edge(t, conn, "edge-b", Default(), Deps{}, ttl)
 	s := b.streamerUp("S", "/", "OnB")
-	poll(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
+	testwait.For(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
 	p := a.playerUp("P", "/")
 	p.send(`{"type":"subscribe","streamerId":"OnB"}`)
 	s.expect("playerConnected")
 
 	died := time.Now()
 	clB.crash() // kill -9: no unregistering, no more heartbeats
-	poll(t, "B's streamer expired", func() bool { _, ok := a.srv.Registry().Get("OnB"); return !ok })
+	testwait.For(t, "B's streamer expired", func() bool { _, ok := a.srv.Registry().Get("OnB"); return !ok })
 	p.expectClose(websocket.CloseNoStatusReceived, "")
 	t.Logf("dead edge (TTL %v): out of the fleet and its players closed %v after it died", ttl, time.Since(died))
 	p2 := a.playerUp("P2", "/")
@@ -377,7 +378,7 @@ func TestClusterRedisOutage(t *testing.T) {
 	b, _ := edge(t, conn, "edge-b", Default(), Deps{}, 0)
 	sa := a.streamerUp("SA", "/", "LocalA")
 	sb := b.streamerUp("SB", "/", "RemoteB")
-	poll(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("RemoteB"); return ok })
+	testwait.For(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("RemoteB"); return ok })
 	pl := a.playerUp("PL", "/")
 	pl.send(`{"type":"subscribe","streamerId":"LocalA"}`)
 	pidL, _ := sa.expect("playerConnected")["playerId"].(string)
@@ -406,7 +407,7 @@ func TestClusterRedisOutage(t *testing.T) {
 
 	rs.Restart() // empty
 	back := time.Now()
-	poll(t, "B re-registered", func() bool { _, ok := a.srv.Registry().Get("RemoteB"); return ok })
+	testwait.For(t, "B re-registered", func() bool { _, ok := a.srv.Registry().Get("RemoteB"); return ok })
 	if err := a.srv.Registry().Available(); err != nil {
 		t.Fatalf("Available after Redis returned: %v", err)
 	}
@@ -439,7 +440,7 @@ func TestClusterTokenMode(t *testing.T) {
 	b, _ := edge(t, conn, "edge-b", cfg, Deps{Signer: signer, Now: clk.Now, Leases: k}, 0)
 	s := b.streamerUp("S1", streamerToken(t, signer, "ue-1", "eu-west-1", "H264"), "ue-1")
 	a.streamerUp("S2", streamerToken(t, signer, "ue-2", "eu-west-1", "H264"), "ue-2")
-	poll(t, "fleet", func() bool { return len(a.srv.Registry().Snapshot()) == 2 })
+	testwait.For(t, "fleet", func() bool { return len(a.srv.Registry().Snapshot()) == 2 })
 
 	p := a.playerUp("P0", sessionToken(t, signer, "s1", "ue-1"))
 	p.send(`{"type":"listStreamers"}`)
@@ -457,7 +458,7 @@ func TestClusterTokenMode(t *testing.T) {
 	s.send(`{"type":"offer","playerId":"` + pid + `","sdp":"m=video 9 UDP/TLS/RTP/SAVPF 96\r\na=rtpmap:96 VP8/90000\r\n"}`)
 	p.expectRaw(`{"type":"subscribeFailed","message":"Streamer ue-1 offer rejected: no H264 in m=video"}`)
 	s.expectRaw(`{"type":"playerDisconnected","playerId":"` + pid + `"}`)
-	poll(t, "lease released fleet-wide", func() bool { i, _ := a.srv.Registry().Get("ue-1"); return i.State == StateIdle })
+	testwait.For(t, "lease released fleet-wide", func() bool { i, _ := a.srv.Registry().Get("ue-1"); return i.State == StateIdle })
 	if got := k.get(); !strings.Contains(got, "subscribed s1 ue-1") || !strings.HasSuffix(got, "left s1") {
 		t.Fatalf("hooks on B: %q", got)
 	}
@@ -474,7 +475,7 @@ func TestClusterAutoSubscribe(t *testing.T) {
 	a, _ := edge(t, conn, "edge-a", Default(), Deps{}, 0)
 	b, _ := edge(t, conn, "edge-b", Default(), Deps{}, 0)
 	s := b.streamerUp("S", "/", "OnB")
-	poll(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
+	testwait.For(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
 	p := a.playerUp("P", "/")
 	p.send(`{"type":"iceCandidate","candidate":{"candidate":"","sdpMid":"0","sdpMLineIndex":0}}`)
 	pid, _ := s.expect("playerConnected")["playerId"].(string)
@@ -490,7 +491,7 @@ func TestClusterOrderBurst(t *testing.T) {
 	a, _ := edge(t, conn, "edge-a", Default(), Deps{}, 0)
 	b, _ := edge(t, conn, "edge-b", Default(), Deps{}, 0)
 	s := b.streamerUp("S", "/", "OnB")
-	poll(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
+	testwait.For(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
 	p := a.playerUp("P", "/")
 	p.send(`{"type":"subscribe","streamerId":"OnB"}`)
 	pid, _ := s.expect("playerConnected")["playerId"].(string)
@@ -521,11 +522,11 @@ func TestClusterPlayerEdgeDies(t *testing.T) {
 	a, clA := edge(t, conn, "edge-a", Default(), Deps{}, ttl)
 	b, _ := edge(t, conn, "edge-b", Default(), Deps{}, ttl)
 	s := b.streamerUp("S", "/", "OnB")
-	poll(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
+	testwait.For(t, "fleet", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
 	p := a.playerUp("P", "/")
 	p.send(`{"type":"subscribe","streamerId":"OnB"}`)
 	pid, _ := s.expect("playerConnected")["playerId"].(string)
 	clA.crash()
 	s.expectRaw(`{"type":"playerDisconnected","playerId":"` + pid + `"}`)
-	poll(t, "idle again", func() bool { i, _ := b.srv.Registry().Get("OnB"); return i.State == StateIdle })
+	testwait.For(t, "idle again", func() bool { i, _ := b.srv.Registry().Get("OnB"); return i.State == StateIdle })
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/internal/wsframe"
 )
 
@@ -139,7 +140,7 @@ func TestIdleSocketsHaveOneGoroutine(t *testing.T) {
 			ws.Close()
 		}
 	}()
-	poll(t, "one goroutine per idle socket", func() bool { return brokerGoroutines()-base == n })
+	testwait.For(t, "one goroutine per idle socket", func() bool { return brokerGoroutines()-base == n })
 	// A burst to each of them and back to idle: still one each.
 	for _, ws := range conns {
 		if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"ping","time":3}`)); err != nil {
@@ -149,7 +150,7 @@ func TestIdleSocketsHaveOneGoroutine(t *testing.T) {
 			t.Fatalf("pong: %s %v", b, err)
 		}
 	}
-	poll(t, "one goroutine per idle socket after traffic", func() bool { return brokerGoroutines()-base == n })
+	testwait.For(t, "one goroutine per idle socket after traffic", func() bool { return brokerGoroutines()-base == n })
 }
 
 // brokerGoroutines counts the goroutines running the broker's code (a
@@ -341,7 +342,7 @@ func FuzzSocketRead(f *testing.F) {
 		_ = nc.SetReadDeadline(time.Now().Add(failsafe))
 		_, _ = io.Copy(io.Discard, nc) // until the broker closes
 		nc.Close()
-		poll(t, "the socket released", func() bool {
+		testwait.For(t, "the socket released", func() bool {
 			h.srv.mu.Lock()
 			defer h.srv.mu.Unlock()
 			return len(h.srv.conns) == 0

@@ -310,16 +310,3 @@ func (h *harness) playerUp(name, pathQuery string) *client {
 	p.expect("config")
 	return p
 }
-
-// poll waits for cond, re-checking as goroutines run; never sleeps on a
-// timer to pass.
-func poll(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(failsafe)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // yield between checks
-	}
-}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // testIdle: prompt after 90 s without input, disconnect 60 s after an
@@ -79,7 +81,7 @@ func TestIdleLifecycle(t *testing.T) {
 	}
 	p.expectClose(CloseDisconnectPlayer, "idle")
 	st.expect("playerDisconnected")
-	poll(t, "the streamer back in the pool", func() bool {
+	testwait.For(t, "the streamer back in the pool", func() bool {
 		info, _ := h.srv.Registry().Get("ue-1")
 		return info.State == StateIdle
 	})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/state/redisstate"
 )
 
@@ -35,7 +36,7 @@ func TestClusterRedisTopologies(t *testing.T) {
 			b, _ := edge(t, conn, "edge-b", Default(), Deps{}, ttl)
 
 			s := b.streamerUp("S@B", "/?pop=eu-west-1&codecs=H264", "OnB")
-			poll(t, "B's streamer in A's fleet view", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
+			testwait.For(t, "B's streamer in A's fleet view", func() bool { _, ok := a.srv.Registry().Get("OnB"); return ok })
 
 			// A's matchmaker leases B's streamer and lets it go.
 			info, err := a.srv.Registry().LeaseIdle("eu-west-1", "h264", "sess-1", time.Now().Add(time.Minute))
@@ -54,7 +55,7 @@ func TestClusterRedisTopologies(t *testing.T) {
 				t.Fatal(err)
 			}
 			b.streamerUp("S2@B", "/?pop=eu-west-1&codecs=H264", "OnB2")
-			poll(t, "a registration after SCRIPT FLUSH", func() bool { _, ok := a.srv.Registry().Get("OnB2"); return ok })
+			testwait.For(t, "a registration after SCRIPT FLUSH", func() bool { _, ok := a.srv.Registry().Get("OnB2"); return ok })
 
 			// A player on A signals with the streamer on B through the inboxes.
 			p := a.playerUp("P@A", "/")

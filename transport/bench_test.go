@@ -25,6 +25,7 @@ import (
 	"github.com/quic-go/webtransport-go"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/internal/wsframe"
 )
 
@@ -475,7 +476,7 @@ func BenchmarkIdleConnection(b *testing.B) {
 			before, g0 := serverMemory()
 			b.ResetTimer()
 			stop := runClients(b, kind, url, cert, b.N)
-			waitFor(b, "every connection up", func() bool { return active() == b.N })
+			testwait.For(b, "every connection up", func() bool { return active() == b.N })
 			b.StopTimer()
 			after, g1 := serverMemory()
 			b.ReportMetric(float64(after-before)/float64(b.N), "heap-B/conn")

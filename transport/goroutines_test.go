@@ -24,6 +24,7 @@ import (
 	"github.com/quic-go/webtransport-go"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // sessionLike is a Handler shaped like the shard gateway's session: this
@@ -160,7 +161,7 @@ func TestGoroutinesPerConnection(t *testing.T) {
 			url, cert, active := startForClients(t, tc.kind, sessionLike)
 			base := takeCensus()
 			stop := runClients(t, tc.kind, url, cert, n)
-			waitFor(t, "every session to be up", func() bool { return active() == n })
+			testwait.For(t, "every session to be up", func() bool { return active() == n })
 			got := settledCensus(t).minus(base)
 			stop()
 			per := func(v int) float64 { return float64(v) / n }
@@ -188,7 +189,7 @@ func settledCensus(t *testing.T) goroutineCensus {
 	t.Helper()
 	prev := takeCensus()
 	var got goroutineCensus
-	waitFor(t, "goroutines to settle", func() bool {
+	testwait.For(t, "goroutines to settle", func() bool {
 		time.Sleep(100 * time.Millisecond) // poll interval
 		got = takeCensus()
 		same := got.session == prev.session && got.transport == prev.transport && got.library == prev.library

@@ -52,18 +52,6 @@ func recordingEcho(errs chan<- error) Handler {
 	}
 }
 
-// waitFor polls cond until it holds or the test's budget runs out.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval, not synchronisation
-	}
-}
-
 func testMetrics() (*Metrics, *prometheus.Registry) {
 	reg := prometheus.NewRegistry()
 	return NewMetrics(reg), reg

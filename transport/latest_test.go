@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func TestLatestDropsOldest(t *testing.T) {
@@ -80,14 +82,14 @@ func TestWebTransportInboundDropsOldest(t *testing.T) {
 	if _, err := str.Write([]byte{2, 'h', 'i'}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the hello", func() bool { return counter(m, "messages", "webtransport", "reliable", "in") == 1 })
+	testwait.For(t, "the hello", func() bool { return counter(m, "messages", "webtransport", "reliable", "in") == 1 })
 	for i := 1; i <= 5; i++ {
 		if err := sess.SendDatagram([]byte("d" + strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Loopback does not lose them; the edge counts each on arrival.
-	waitFor(t, "five datagrams in", func() bool { return counter(m, "messages", "webtransport", "unreliable", "in") == 5 })
+	testwait.For(t, "five datagrams in", func() bool { return counter(m, "messages", "webtransport", "unreliable", "in") == 5 })
 	close(proceed)
 	for _, want := range []string{"1:d4", "1:d5"} {
 		if g := <-got; g != want {
@@ -176,13 +178,13 @@ func TestWebRTCInboundDropsOldest(t *testing.T) {
 	if err := cl.rel.Send([]byte("hi")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the hello", func() bool { return counter(m, "messages", "webrtc", "reliable", "in") == 1 })
+	testwait.For(t, "the hello", func() bool { return counter(m, "messages", "webrtc", "reliable", "in") == 1 })
 	for i := 1; i <= 5; i++ {
 		if err := cl.unrel.Send([]byte("d" + strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "five messages in", func() bool { return counter(m, "messages", "webrtc", "unreliable", "in") == 5 })
+	testwait.For(t, "five messages in", func() bool { return counter(m, "messages", "webrtc", "unreliable", "in") == 5 })
 	close(proceed)
 	for _, want := range []string{"1:d4", "1:d5"} {
 		if g := <-got; g != want {

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestWebSocketIdleMemory opens many idle sessions (each blocked in Read,
@@ -46,7 +48,7 @@ func TestWebSocketIdleMemory(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	waitFor(t, "sessions to be registered", func() bool {
+	testwait.For(t, "sessions to be registered", func() bool {
 		ws.mu.Lock()
 		defer ws.mu.Unlock()
 		return len(ws.conns) == n

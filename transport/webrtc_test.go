@@ -20,6 +20,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/iceport"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func startRTC(t testing.TB, cfg WebRTCConfig, h Handler) (*WebRTC, *Metrics, string) {
@@ -200,7 +201,7 @@ func TestWebRTCCloseEndsPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-closed
-	waitFor(t, "active to reach 0", func() bool { return counter(m, "active", "webrtc") == 0 })
+	testwait.For(t, "active to reach 0", func() bool { return counter(m, "active", "webrtc") == 0 })
 }
 
 func TestWebRTCConnectTimeout(t *testing.T) {
@@ -214,7 +215,7 @@ func TestWebRTCConnectTimeout(t *testing.T) {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	// The client never applies the answer: the edge must give up on it.
-	waitFor(t, "the peer to be torn down", func() bool {
+	testwait.For(t, "the peer to be torn down", func() bool {
 		w.mu.Lock()
 		n := len(w.peers)
 		w.mu.Unlock()
@@ -400,7 +401,7 @@ func stallOffers(t *testing.T, addr string, n int, active *atomic.Int64) []net.C
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "every stalled request to reach its handler", func() bool { return active.Load() >= int64(n) })
+	testwait.For(t, "every stalled request to reach its handler", func() bool { return active.Load() >= int64(n) })
 	return conns
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 func startWS(t testing.TB, cfg WebSocketConfig, h Handler) (*WebSocket, *Metrics, string) {
@@ -142,7 +143,7 @@ func TestWebSocketCloseCode(t *testing.T) {
 		t.Fatalf("client read = %v, want close 4010 bad token", err)
 	}
 	conn.Close() // as a browser does after the close handshake
-	waitFor(t, "active connections to reach 0", func() bool { return counter(m, "active", "websocket") == 0 })
+	testwait.For(t, "active connections to reach 0", func() bool { return counter(m, "active", "websocket") == 0 })
 }
 
 func TestWebSocketOrigin(t *testing.T) {
@@ -256,7 +257,7 @@ func TestWebSocketKeepaliveDropsSilentPeer(t *testing.T) {
 	if err := <-errs; !errors.Is(err, ErrClosed) {
 		t.Fatalf("Read = %v, want ErrClosed", err)
 	}
-	waitFor(t, "the session to end", func() bool { return counter(m, "active", "websocket") == 0 })
+	testwait.For(t, "the session to end", func() bool { return counter(m, "active", "websocket") == 0 })
 }
 
 // TestWebSocketReadAfterShortLivedCtx: a session reads its first message

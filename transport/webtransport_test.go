@@ -21,6 +21,7 @@ import (
 	"github.com/quic-go/webtransport-go"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // startWT serves WebTransport (and a /hello HTTP/3 route) on 127.0.0.1:0.
@@ -192,7 +193,7 @@ func TestWebTransportCloseCode(t *testing.T) {
 	if err := sessionErr(sess); !errors.As(err, &se) || uint32(se.ErrorCode) != 4040 || se.Message != "bye" {
 		t.Fatalf("session ended with %v, want 4040 bye", err)
 	}
-	waitFor(t, "active to reach 0", func() bool { return counter(m, "active", "webtransport") == 0 })
+	testwait.For(t, "active to reach 0", func() bool { return counter(m, "active", "webtransport") == 0 })
 }
 
 // sessionErr waits for sess to end and returns why.
@@ -370,7 +371,7 @@ func TestWebTransportOverlongLengthClosesSession(t *testing.T) {
 	if err := <-errs; !errors.Is(err, ErrMessageTooLarge) {
 		t.Fatalf("server Read = %v, want ErrMessageTooLarge", err)
 	}
-	waitFor(t, "active to reach 0", func() bool { return counter(m, "active", "webtransport") == 0 })
+	testwait.For(t, "active to reach 0", func() bool { return counter(m, "active", "webtransport") == 0 })
 }
 
 // A client that finishes its reliable stream without a message ends the
@@ -399,7 +400,7 @@ func TestWebTransportFinWithoutHelloClosesSession(t *testing.T) {
 	if err := waitSessionEnd(t, sess); !errors.As(err, &se) || uint32(se.ErrorCode) != codec.CodeHelloRequired.CloseCode() {
 		t.Fatalf("session ended with %v, want code %d", err, codec.CodeHelloRequired.CloseCode())
 	}
-	waitFor(t, "active to reach 0", func() bool { return counter(m, "active", "webtransport") == 0 })
+	testwait.For(t, "active to reach 0", func() bool { return counter(m, "active", "webtransport") == 0 })
 }
 
 // A bare QUIC connection that keeps itself alive with PINGs and never

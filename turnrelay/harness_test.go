@@ -181,17 +181,6 @@ func roundTrip(t *testing.T, relay net.PacketConn, p *net.UDPConn, ping []byte) 
 	}
 }
 
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // fixedClock is a clock that moves only when told to.
 type fixedClock struct {
 	mu sync.Mutex

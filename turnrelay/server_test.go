@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestAllocateAndRelay: a pion/turn client allocates with minted
@@ -30,11 +32,11 @@ func TestAllocateAndRelay(t *testing.T) {
 				t.Errorf("egbe_turn_allocations{transport=%q} = %v, want 1", network, got)
 			}
 			// The counters move just after the datagram leaves: poll.
-			waitUntil(t, 5*time.Second, "relayed bytes counted both ways", func() bool {
+			testwait.Within(t, 5*time.Second, "relayed bytes counted both ways", func() bool {
 				return testutil.ToFloat64(s.m.bytesOut) > 0 && testutil.ToFloat64(s.m.bytesIn) > 0
 			})
 			relay.Close() // a Refresh with lifetime 0 deletes the allocation
-			waitUntil(t, 10*time.Second, "allocation deleted", func() bool { return s.Allocations() == 0 })
+			testwait.Within(t, 10*time.Second, "allocation deleted", func() bool { return s.Allocations() == 0 })
 			if got := testutil.ToFloat64(s.m.allocations.WithLabelValues(network)); got != 0 {
 				t.Errorf("egbe_turn_allocations after delete = %v, want 0", got)
 			}
@@ -109,7 +111,7 @@ func TestUserQuota(t *testing.T) {
 		t.Fatalf("bob: %v", err)
 	}
 	relays[0].Close()
-	waitUntil(t, 10*time.Second, "alice's slot freed", func() bool { return s.Allocations() == 2 })
+	testwait.Within(t, 10*time.Second, "alice's slot freed", func() bool { return s.Allocations() == 2 })
 	if _, err := third.allocate(t); err != nil {
 		t.Fatalf("alice after freeing a slot: %v", err)
 	}
@@ -184,7 +186,7 @@ func TestRelayToOwnPortRefused(t *testing.T) {
 	}
 	before := s.refusals(reasonPeerForbidden)
 	_, _ = relay.WriteTo([]byte{0, 1, 0, 0}, s.UDPAddr())
-	waitUntil(t, 5*time.Second, "refusal counted", func() bool { return s.refusals(reasonPeerForbidden) > before })
+	testwait.Within(t, 5*time.Second, "refusal counted", func() bool { return s.refusals(reasonPeerForbidden) > before })
 }
 
 // TestAllocationEndsWithCredential: an allocation is deleted when its
@@ -199,7 +201,7 @@ func TestAllocationEndsWithCredential(t *testing.T) {
 	if s.Allocations() != 1 {
 		t.Fatalf("%d allocations, want 1", s.Allocations())
 	}
-	waitUntil(t, 15*time.Second, "allocation ended at expiry", func() bool { return s.Allocations() == 0 })
+	testwait.Within(t, 15*time.Second, "allocation ended at expiry", func() bool { return s.Allocations() == 0 })
 	if got := testutil.ToFloat64(s.m.expired); got != 1 {
 		t.Errorf("egbe_turn_allocations_expired_total = %v, want 1", got)
 	}
@@ -231,7 +233,7 @@ func TestBandwidthCap(t *testing.T) {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
-	waitUntil(t, 10*time.Second, "every datagram relayed or dropped", func() bool {
+	testwait.Within(t, 10*time.Second, "every datagram relayed or dropped", func() bool {
 		return testutil.ToFloat64(s.m.packetsOut)+s.refusals(reasonBandwidth) == sent
 	})
 	want := (64 << 10) / size // the burst: half a second at the cap, at least 64 KiB
@@ -356,5 +358,5 @@ func TestTCPIdleConnectionClosed(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); err == nil || strings.Contains(fmt.Sprint(err), "timeout") {
 		t.Fatalf("idle connection: read = %v, want EOF/reset from the server", err)
 	}
-	waitUntil(t, 5*time.Second, "connection forgotten", func() bool { return s.tcp.open() == 0 })
+	testwait.Within(t, 5*time.Second, "connection forgotten", func() bool { return s.tcp.open() == 0 })
 }

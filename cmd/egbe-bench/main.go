@@ -30,6 +30,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -104,11 +105,16 @@ func run(args []string) int {
 	default:
 		return usage()
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "egbe-bench:", err)
-		return 1
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp): // SCENARIO --help: the flag set listed its flags
+		return 0
+	case errors.Is(err, bench.ErrUsage): // the flag set said what was wrong
+		return 2
 	}
-	return 0
+	fmt.Fprintln(os.Stderr, "egbe-bench:", err)
+	return 1
 }
 
 type edgeFlags struct {

@@ -9,7 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // TestHelpNamesEveryScenario: `egbe-bench help` describes each scenario
@@ -46,6 +47,20 @@ func TestHelpNamesEveryScenario(t *testing.T) {
 	}
 }
 
+// TestScenarioFlagErrors: a scenario's --help exits 0 and a bad flag
+// exits 2, decided here: the bench library returns both as errors and
+// never exits the process (this test would end with the library's exit).
+func TestScenarioFlagErrors(t *testing.T) {
+	for _, scenario := range []string{"failover", "handshakes", "pxstream", "match", "voice", "pxsfu", "pxsfu-receivers", "pxsfu-bare", "surge", "world"} {
+		if code := run([]string{scenario, "--help"}); code != 0 {
+			t.Errorf("%s --help: exit %d, want 0", scenario, code)
+		}
+		if code := run([]string{scenario, "--no-such-flag"}); code != 2 {
+			t.Errorf("%s --no-such-flag: exit %d, want 2", scenario, code)
+		}
+	}
+}
+
 // TestProgressNamesChildren: the progress line reports the processes the
 // bench started, with their CPU and RSS.
 func TestProgressNamesChildren(t *testing.T) {
@@ -61,10 +76,7 @@ func TestProgressNamesChildren(t *testing.T) {
 	var buf syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	stop := progress(ctx, &buf, "echo")
-	deadline := time.Now().Add(3 * progressEvery)
-	for !strings.Contains(buf.String(), "egbe-bench: echo running") && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Within(t, 3*progressEvery, "a progress line", func() bool { return strings.Contains(buf.String(), "egbe-bench: echo running") })
 	cancel()
 	stop()
 	if !strings.Contains(buf.String(), "egbe-bench: echo running 5s: ") {

@@ -23,6 +23,7 @@ import (
 	"github.com/oshun/egbe-edge/auth"
 	"github.com/oshun/egbe-edge/edge"
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // bin is the egbe-edge binary these tests run, built once.
@@ -290,20 +291,14 @@ func TestPprofCmdlineRedactsRedisPassword(t *testing.T) {
 	admin := p.waitLine(t, "the admin listener", func(m map[string]any) bool { return m["msg"] == "listening" && m["listener"] == "admin" })
 	base := "http://" + admin["addr"].(string)
 	// The edge reached Redis with the password: it is ready.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Within(t, 30*time.Second, "the edge to get ready on the password-protected Redis", func() bool {
 		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the edge never got ready on the password-protected Redis")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	resp, err := http.Get(base + "/debug/pprof/cmdline")
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
 // sink is a real loopback UDP socket that records what arrives.
@@ -57,17 +59,6 @@ func (s *sink) packets() [][]byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([][]byte(nil), s.got...)
-}
-
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func newTestConn(t testing.TB) *batchConn {
@@ -179,7 +170,7 @@ func TestBatchOrderingNoLossNoDup(t *testing.T) {
 				ids[i] = uint32(i)
 			}
 			for _, s := range sinks {
-				waitFor(t, 5*time.Second, "all packets", func() bool { return s.count() >= writers*n })
+				testwait.Within(t, 5*time.Second, "all packets", func() bool { return s.count() >= writers*n })
 			}
 			time.Sleep(20 * time.Millisecond) // a duplicate would land now
 			for _, s := range sinks {
@@ -206,7 +197,7 @@ func TestBatchFlushOnIdle(t *testing.T) {
 	if _, err := bc.WriteToAddrPort(pkt(0, 0, 50), s.ap); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "an uncorked packet", func() bool { return s.count() == 1 })
+	testwait.Within(t, 2*time.Second, "an uncorked packet", func() bool { return s.count() == 1 })
 	if st := bc.stats(); st.Held != 0 {
 		t.Fatalf("a lone write counted as held: %+v", st)
 	}
@@ -215,14 +206,14 @@ func TestBatchFlushOnIdle(t *testing.T) {
 	_, _ = bc.WriteToAddrPort(pkt(0, 1, 50), s.ap)
 	_, _ = bc.WriteToAddrPort(pkt(0, 2, 50), s.ap)
 	bc.uncork()
-	waitFor(t, 2*time.Second, "packets at uncork", func() bool { return s.count() == 3 })
+	testwait.Within(t, 2*time.Second, "packets at uncork", func() bool { return s.count() == 3 })
 	if st := bc.stats(); st.Held != 1 || st.HoldNanos == 0 || st.HoldNanos != st.HoldMaxNanos {
 		t.Fatalf("one corked batch: %+v", st)
 	}
 
 	bc.cork() // a holder that stalls
 	_, _ = bc.WriteToAddrPort(pkt(0, 3, 50), s.ap)
-	waitFor(t, 2*time.Second, "a packet a stalled cork holds", func() bool { return s.count() == 4 })
+	testwait.Within(t, 2*time.Second, "a packet a stalled cork holds", func() bool { return s.count() == 4 })
 	if st := bc.stats(); st.TimedOut == 0 || st.Held != 2 || st.HoldMaxNanos < uint64(maxHold) {
 		// The timer cannot fire before maxHold: the batch's wait is at
 		// least that.
@@ -230,7 +221,7 @@ func TestBatchFlushOnIdle(t *testing.T) {
 	}
 	// Later packets under the same stalled cork are bounded too.
 	_, _ = bc.WriteToAddrPort(pkt(0, 4, 50), s.ap)
-	waitFor(t, 2*time.Second, "a second packet a stalled cork holds", func() bool { return s.count() == 5 })
+	testwait.Within(t, 2*time.Second, "a second packet a stalled cork holds", func() bool { return s.count() == 5 })
 	bc.uncork()
 	checkStream(t, s, []uint32{0}, 5)
 }
@@ -257,7 +248,7 @@ func TestBatchErroringDestination(t *testing.T) {
 			}
 			bc.uncork()
 			for _, s := range good {
-				waitFor(t, 3*time.Second, "good destinations", func() bool { return s.count() >= n })
+				testwait.Within(t, 3*time.Second, "good destinations", func() bool { return s.count() >= n })
 				checkStream(t, s, []uint32{0}, n)
 			}
 			if got := bc.stats().Errors; got != 2*n {
@@ -305,7 +296,7 @@ func TestBatchCloseWhileFlushing(t *testing.T) {
 				}
 			}()
 		}
-		waitFor(t, 2*time.Second, "traffic", func() bool { return s.count() > 50*(round%3+1) })
+		testwait.Within(t, 2*time.Second, "traffic", func() bool { return s.count() > 50*(round%3+1) })
 		if err := bc.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -368,7 +359,7 @@ func TestBatchDualStack(t *testing.T) {
 	}
 	bc.uncork()
 	for _, s := range []*sink{s4, s6} {
-		waitFor(t, 2*time.Second, "both families", func() bool { return s.count() >= 10 })
+		testwait.Within(t, 2*time.Second, "both families", func() bool { return s.count() >= 10 })
 		checkStream(t, s, []uint32{0}, 10)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/streamer"
 	"github.com/oshun/egbe-edge/state"
@@ -60,7 +61,7 @@ func TestEpicFrontendCrossEdge(t *testing.T) {
 	cfg := streamer.Default()
 	cfg.URL, cfg.ID = wsURL(stB, ""), "StreamerOnB"
 	startStreamer(t, cfg)
-	poll(t, "B's streamer in A's view of the fleet", func() bool {
+	testwait.For(t, "B's streamer in A's view of the fleet", func() bool {
 		_, ok := srvA.Registry().Get("StreamerOnB")
 		return ok
 	})

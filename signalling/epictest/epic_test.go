@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
 	"github.com/oshun/egbe-edge/signalling/streamer"
@@ -120,17 +121,6 @@ func startStreamer(t *testing.T, cfg streamer.Config) {
 	})
 }
 
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 type pageResult struct {
 	OK              bool           `json:"ok"`
 	Events          map[string]int `json:"events"`
@@ -180,7 +170,7 @@ func TestEpicFrontendDropIn(t *testing.T) {
 	cfg := streamer.Default()
 	cfg.URL, cfg.ID = wsURL(st, ""), "DefaultStreamer"
 	startStreamer(t, cfg)
-	poll(t, "streamer registered", func() bool { _, ok := srv.Registry().Get("DefaultStreamer"); return ok })
+	testwait.For(t, "streamer registered", func() bool { _, ok := srv.Registry().Get("DefaultStreamer"); return ok })
 
 	r := play(t, node, page, wsURL(pl, ""))
 	if !strings.Contains(r.Codec, "video/H264") {
@@ -226,7 +216,7 @@ func TestEpicFrontendTokenMode(t *testing.T) {
 	cfg := streamer.Default()
 	cfg.URL, cfg.ID, cfg.Token = wsURL(st, ""), "ue-use1-0", tok
 	startStreamer(t, cfg)
-	poll(t, "streamer registered", func() bool { s, ok := srv.Registry().Get("ue-use1-0"); return ok && s.POP == "us-east-1" })
+	testwait.For(t, "streamer registered", func() bool { s, ok := srv.Registry().Get("ue-use1-0"); return ok && s.POP == "us-east-1" })
 
 	resp, err := http.Post(edge.URL+matchmaker.PathMatch, "application/json",
 		strings.NewReader(`{"user_id":"browser-test","client_region":"us-east","codecs":["H264"],"entitlement":"paid"}`))

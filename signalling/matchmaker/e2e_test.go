@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/oshun/egbe-edge/auth"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/streamer"
 )
@@ -67,18 +68,7 @@ func (r *liveRig) streamer(t *testing.T, id, pop string, codecs ...string) {
 	done := make(chan error, 1)
 	go func() { done <- streamer.Run(ctx, cfg) }()
 	t.Cleanup(func() { cancel(); <-done })
-	poll(t, "streamer "+id+" registered", func() bool { _, ok := r.srv.Registry().Get(id); return ok })
-}
-
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, "streamer "+id+" registered", func() bool { _, ok := r.srv.Registry().Get(id); return ok })
 }
 
 func (r *liveRig) state(id string) signalling.StreamerState {
@@ -157,7 +147,7 @@ func TestCodecMismatchEndToEnd(t *testing.T) {
 			break
 		}
 	}
-	poll(t, "lease released", func() bool {
+	testwait.For(t, "lease released", func() bool {
 		s, _ := r.srv.Registry().Get(m.StreamerID)
 		return s.State == signalling.StateIdle && s.SessionID == ""
 	})

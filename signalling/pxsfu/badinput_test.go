@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/oshun/egbe-edge/internal/iceport"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling/streamer"
 )
 
@@ -306,7 +307,7 @@ func TestBadInput(t *testing.T) {
 	// A player that never answers is dropped after AnswerTimeout.
 	sc.send(`{"type":"playerConnected","playerId":"Player8","dataChannel":true,"sfu":false}`)
 	sc.expect("offer")
-	poll(t, "answer timeout", func() bool { return refusals(refuseAnswerTimeout) == 1 })
+	testwait.Within(t, failsafe, "answer timeout", func() bool { return refusals(refuseAnswerTimeout) == 1 })
 	if got := f.Players(); len(got) != 1 || got[0] != "7" {
 		t.Fatalf("players %v", got)
 	}
@@ -315,7 +316,7 @@ func TestBadInput(t *testing.T) {
 
 	// The answering player gets audio and video all along.
 	v, a := player.video.Load(), player.audio.Load()
-	poll(t, "player 7's media", func() bool { return player.video.Load() > v+5 && player.audio.Load() > a+5 })
+	testwait.Within(t, failsafe, "player 7's media", func() bool { return player.video.Load() > v+5 && player.audio.Load() > a+5 })
 	if refusals(refuseSecondOffer) != 1 || refusals(refuseUnknownPlayer) < 5 || refusals(refuseBadMessage) < 2 {
 		t.Fatalf("refusals: second offer %v, unknown player %v, bad message %v", refusals(refuseSecondOffer),
 			refusals(refuseUnknownPlayer), refusals(refuseBadMessage))
@@ -326,7 +327,7 @@ func TestBadInput(t *testing.T) {
 	sc.send(`{"type":"streamerDisconnected"}`)
 	sc.expect("stopStreaming")
 	sc.expect("listStreamers")
-	poll(t, "players dropped", func() bool { return len(f.Players()) == 0 })
+	testwait.Within(t, failsafe, "players dropped", func() bool { return len(f.Players()) == 0 })
 	// A late playerDisconnected for a player it already dropped (Epic's
 	// SFU throws here).
 	sc.send(`{"type":"playerDisconnected","playerId":"7"}`)

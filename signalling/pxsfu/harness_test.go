@@ -18,6 +18,7 @@ import (
 
 	"github.com/oshun/egbe-edge/internal/epicplayer"
 	"github.com/oshun/egbe-edge/internal/iceport"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/streamer"
 )
@@ -26,17 +27,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // failsafe bounds every wait so a broken build fails instead of hanging.
 const failsafe = 30 * time.Second
-
-func poll(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(failsafe)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func wsURL(s *httptest.Server) string { return "ws" + strings.TrimPrefix(s.URL, "http") }
 
@@ -178,7 +168,7 @@ func (s *stack) listed(id string) bool {
 // is listed, as Epic's frontend waits for its streamer).
 func (s *stack) player(layer int) *epicplayer.Player {
 	s.t.Helper()
-	poll(s.t, "the SFU listed", func() bool { return s.listed("SFU") })
+	testwait.Within(s.t, failsafe, "the SFU listed", func() bool { return s.listed("SFU") })
 	p, err := epicplayer.Dial(context.Background(), epicplayer.Config{URL: wsURL(s.pl), StreamerID: "SFU", Layer: layer})
 	if err != nil {
 		s.t.Fatal(err)
@@ -195,12 +185,12 @@ func (s *stack) refusals(reason string) float64 {
 // call, so a stale size does not count).
 func waitSize(t testing.TB, p *epicplayer.Player, w int) {
 	t.Helper()
-	poll(t, "frames of width "+itoa(w), func() bool {
+	testwait.Within(t, failsafe, "frames of width "+itoa(w), func() bool {
 		gw, _ := p.Size()
 		return gw == w
 	})
 	f := p.Frames()
-	poll(t, "more frames of width "+itoa(w), func() bool {
+	testwait.Within(t, failsafe, "more frames of width "+itoa(w), func() bool {
 		gw, _ := p.Size()
 		return gw == w && p.Frames() > f+2
 	})

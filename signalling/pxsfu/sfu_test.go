@@ -11,6 +11,7 @@ import (
 
 	"github.com/oshun/egbe-edge/internal/epicplayer"
 	"github.com/oshun/egbe-edge/internal/pxmux"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling/streamer"
 )
 
@@ -35,7 +36,7 @@ func TestSimulcastLayersAndInput(t *testing.T) {
 			s.startStreamer(func(c *streamer.Config) { c.Multiplex, c.SimulcastSSRC = mode.multiplex, mode.ssrc })
 			ps := []*epicplayer.Player{s.player(2), s.player(2), s.player(2)}
 			for _, p := range ps {
-				poll(t, "offer", func() bool { ok, _, _ := p.Offered(); return ok })
+				testwait.Within(t, failsafe, "offer", func() bool { ok, _, _ := p.Offered(); return ok })
 				if _, sfu, sm := p.Offered(); !sfu || sm != "L1T1" {
 					t.Fatalf("offer sfu=%v scalabilityMode=%q", sfu, sm)
 				}
@@ -69,8 +70,8 @@ func TestSimulcastLayersAndInput(t *testing.T) {
 			seen := map[string]bool{}
 			for i, p := range ps {
 				text := fmt.Sprintf(`"input from player %d"`, i)
-				poll(t, "data channel open", p.ChannelsOpen)
-				poll(t, "echo of "+text, func() bool {
+				testwait.Within(t, failsafe, "data channel open", p.ChannelsOpen)
+				testwait.Within(t, failsafe, "echo of "+text, func() bool {
 					_ = p.SendInput(text) // again until it arrives: the streamer's channel may open after ours
 					time.Sleep(20 * time.Millisecond)
 					return p.HasResponse(text)
@@ -118,8 +119,8 @@ func TestStreamerLeavesAndReturns(t *testing.T) {
 	case <-time.After(failsafe):
 		t.Fatal("player of the SFU not closed when the streamer left")
 	}
-	poll(t, "SFU unlisted", func() bool { return !s.listed("SFU") })
-	poll(t, "SFU players dropped", func() bool { return len(s.sfu.Players()) == 0 })
+	testwait.Within(t, failsafe, "SFU unlisted", func() bool { return !s.listed("SFU") })
+	testwait.Within(t, failsafe, "SFU players dropped", func() bool { return len(s.sfu.Players()) == 0 })
 
 	s.startStreamer(nil)
 	q := s.player(2) // waits until the SFU is listed again (startStreaming)

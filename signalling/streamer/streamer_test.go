@@ -16,6 +16,7 @@ import (
 	"github.com/pion/webrtc/v4"
 	"go.uber.org/goleak"
 
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/signalling"
 	"github.com/oshun/egbe-edge/signalling/matchmaker"
 )
@@ -23,17 +24,6 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const failsafe = 20 * time.Second
-
-func poll(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(failsafe)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func TestPatternH264(t *testing.T) {
 	p, err := NewPatternH264(64, 32)
@@ -127,7 +117,7 @@ func TestStreamerPlaysToPionPlayer(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, testConfig("ws"+strings.TrimPrefix(st.URL, "http"), "Synth")) }()
 	defer func() { cancel(); <-done }()
-	poll(t, "streamer registered", func() bool {
+	testwait.For(t, "streamer registered", func() bool {
 		s, ok := srv.Registry().Get("Synth")
 		return ok && s.POP == "us-east-1" && len(s.Codecs) == 1 && s.Codecs[0] == "H264"
 	})
@@ -237,7 +227,7 @@ func TestStreamerPlaysToPionPlayer(t *testing.T) {
 			}
 		}
 	}()
-	poll(t, "3 H.264 frames and an open data channel", func() bool { return frames.Load() >= 3 && dcOpen.Load() })
+	testwait.For(t, "3 H.264 frames and an open data channel", func() bool { return frames.Load() >= 3 && dcOpen.Load() })
 	ws.Close()
 	<-readDone
 }

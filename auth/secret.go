@@ -1,41 +1,38 @@
-package edge
+package auth
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strings"
 )
 
-// Estimated entropy prod mode asks of its secrets: a JWT secret of 32
-// random bytes carries 256 bits (192 as base64 text, 128 as hex); the TURN
-// secret and the link token are at least 16 bytes. The estimate is
+// Estimated entropy a production edge asks of its secrets (CheckSecret): a
+// JWT signing secret of 32 random bytes carries 256 bits (192 as base64
+// text, 128 as hex); the shared secrets (TURN credentials, the shard link
+// token) are at least 16 bytes. The estimate is
 // deliberately rough (below), so the floors sit well under what any random
 // secret of the minimum length scores and well over what a word, a
 // repeated pattern or a keyboard run does.
 const (
-	minJWTSecretBits  = 80
-	minTURNSecretBits = 28
+	MinSigningSecretBits = 80
+	MinSharedSecretBits  = 28
 )
 
 // placeholders are pieces of the text shipped manifests and examples put
 // where a secret goes. A secret containing one was never replaced.
 var placeholders = []string{"replace", "changeme", "change-me", "change_me", "placeholder", "example", "your-secret", "xxxxxxxx"}
 
-// errWeakSecret: prod refuses a placeholder or a low-entropy secret.
-var errWeakSecret = errors.New("not a random secret")
-
-// checkSecret refuses a placeholder and a secret whose estimated entropy
+// CheckSecret refuses a placeholder and a secret whose estimated entropy
 // is under minBits.
-func checkSecret(s string, minBits float64) error {
+func CheckSecret(s string, minBits float64) error {
 	low := strings.ToLower(s)
 	for _, p := range placeholders {
 		if strings.Contains(low, p) {
-			return fmt.Errorf("%w: it holds the placeholder text %q; generate one, e.g. `openssl rand -base64 48`", errWeakSecret, p)
+			return fmt.Errorf("%w: it holds the placeholder text %q; generate one, e.g. `openssl rand -base64 48`", ErrWeakSecret, p)
 		}
 	}
 	if bits := secretBits(s); bits < minBits {
-		return fmt.Errorf("%w: about %.0f bits of entropy, want at least %d; generate one, e.g. `openssl rand -base64 48`", errWeakSecret, bits, int(minBits))
+		return fmt.Errorf("%w: about %.0f bits of entropy, want at least %d; generate one, e.g. `openssl rand -base64 48`", ErrWeakSecret, bits, int(minBits))
 	}
 	return nil
 }
