@@ -8,8 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/state"
-	"github.com/oshun/egbe-edge/state/statetest"
 )
 
 // TestRedisFleetBoard: the board shows the figures of live members that
@@ -49,7 +49,7 @@ func TestRedisFleetBoard(t *testing.T) {
 		t.Fatalf("three live members: %q %v", got, err)
 	}
 	// edge-b stops beating; edge-a and edge-c go on.
-	statetest.Poll(t, 5*time.Second, "the silent edges leave the board", func() bool {
+	testwait.Within(t, 5*time.Second, "the silent edges leave the board", func() bool {
 		for _, id := range []string{"edge-a", "edge-c"} {
 			if err := beat[id].Beat(ctx); err != nil {
 				t.Fatal(err)

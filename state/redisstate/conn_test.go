@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/state/statetest"
 )
@@ -71,7 +72,7 @@ func TestRedisAvailability(t *testing.T) {
 	}
 	advance(time.Second)
 	// The pool may hold a dead connection: the probe can fail once more.
-	statetest.Poll(t, 10*time.Second, "a probe finds Redis back", func() bool {
+	testwait.Within(t, 10*time.Second, "a probe finds Redis back", func() bool {
 		advance(time.Second)
 		_, err := budgets.Used(ctx, "u", now)
 		return err == nil
@@ -92,7 +93,7 @@ func TestRedisAvailability(t *testing.T) {
 		t.Fatal("check did not mark Redis down")
 	}
 	srv.Restart()
-	statetest.Poll(t, 10*time.Second, "check finds Redis back", func() bool { return r.Check(ctx) == nil })
+	testwait.Within(t, 10*time.Second, "check finds Redis back", func() bool { return r.Check(ctx) == nil })
 	if err := r.Available(); err != nil {
 		t.Fatalf("check did not mark Redis up: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oshun/egbe-edge/internal/redistest"
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/state"
 	"github.com/oshun/egbe-edge/state/statetest"
 )
@@ -131,7 +132,7 @@ func TestRedisEpochFaults(t *testing.T) {
 		// The first call after the restart may fail on a dead pooled
 		// connection and mark Redis down; a probe call finds it back.
 		var lastErr error
-		statetest.Poll(t, 10*time.Second, "state loss seen after the empty restart", func() bool {
+		testwait.Within(t, 10*time.Second, "state loss seen after the empty restart", func() bool {
 			_, lastErr = q.Join(ctx, statetest.TicketN(2, "eu", state.LaneWeb), r, statetest.T0)
 			return errors.Is(lastErr, state.ErrStateLost)
 		})

@@ -93,6 +93,11 @@ func (in *Inbox) Read(ctx context.Context, edge, cursor string, max int, wait ti
 		return nil, cursor, err
 	}
 	res, err := in.r.c.XRead(ctx, &redis.XReadArgs{Streams: []string{key, cursor}, Count: int64(max), Block: wait}).Result()
+	if cerr := ctx.Err(); cerr != nil && len(res) == 0 {
+		// A context that ended while XREAD blocked: go-redis does not
+		// interrupt a blocking read, which returns nil at its timeout.
+		return nil, cursor, cerr
+	}
 	if errors.Is(err, redis.Nil) {
 		return nil, cursor, nil
 	}

@@ -15,24 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oshun/egbe-edge/internal/testwait"
 	"github.com/oshun/egbe-edge/state"
 )
 
 // T0 is the contracts' fake start of time.
 var T0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-
-// Poll waits until cond holds, checking every 10 ms, and fails the test
-// after within.
-func Poll(tb testing.TB, within time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, not waiting for sync
-	}
-}
 
 // RoomRates are waiting-room rates with the policy's windows.
 func RoomRates(gPerMin, gBurst, rPerMin, rBurst float64) state.Rates {
@@ -101,7 +89,7 @@ func RevocationsContract(t *testing.T, r state.Revocations, kv state.KV, trips f
 	if err := r.Revoke(ctx, "short", time.Now().Add(100*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	Poll(t, 5*time.Second, "the short revocation lapses", func() bool {
+	testwait.Within(t, 5*time.Second, "the short revocation lapses", func() bool {
 		got, err := r.Revoked(ctx, "short", "long")
 		if err != nil {
 			t.Fatal(err)
@@ -829,7 +817,7 @@ func StreamersContract(t *testing.T, st state.Streamers) {
 		if _, ok, _ := st.Get(ctx, "d", time.Now()); !ok {
 			t.Fatal("not registered")
 		}
-		Poll(t, 5*time.Second, "the registration lapses", func() bool {
+		testwait.Within(t, 5*time.Second, "the registration lapses", func() bool {
 			_, ok, err := st.Get(ctx, "d", time.Now())
 			return err == nil && !ok
 		})
