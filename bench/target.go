@@ -37,15 +37,6 @@ type Target struct {
 	log    *edgeLogTail  // the started edge's stderr, its last bytes
 }
 
-// EdgeLog is the end of a started edge's log (stderr), which is kept out
-// of the bench's own output.
-func (t *Target) EdgeLog() string {
-	if t.log == nil {
-		return ""
-	}
-	return t.log.String()
-}
-
 // freePort asks the kernel for a free TCP port that is also free on UDP.
 func freePort() (int, error) {
 	for i := 0; i < 16; i++ {

@@ -68,15 +68,6 @@ var codeTable = map[Code]uint32{
 	CodeInternal:             4099,
 }
 
-// Codes lists every wire error code.
-func Codes() []Code {
-	out := make([]Code, 0, len(codeTable))
-	for c := range codeTable {
-		out = append(out, c)
-	}
-	return out
-}
-
 // CloseCode is the transport close code for c (4099 for an unknown code).
 func (c Code) CloseCode() uint32 {
 	if n, ok := codeTable[c]; ok {
@@ -87,16 +78,6 @@ func (c Code) CloseCode() uint32 {
 
 // Valid reports whether c is in the table.
 func (c Code) Valid() bool { _, ok := codeTable[c]; return ok }
-
-// CodeForClose maps a close code back to its Code ("" if unknown).
-func CodeForClose(n uint32) Code {
-	for c, v := range codeTable {
-		if v == n {
-			return c
-		}
-	}
-	return ""
-}
 
 // WireError is an error that carries a wire code to the client.
 type WireError struct {

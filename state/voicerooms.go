@@ -2,8 +2,6 @@ package state
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"sync"
 	"time"
 )
@@ -123,14 +121,6 @@ func (v *memoryVoiceRooms) Release(_ context.Context, room string) error {
 	defer m.mu.Unlock()
 	if m.rooms[room] == v.me.me.ID {
 		delete(m.rooms, room)
-	}
-	return nil
-}
-
-// CheckRoomHolderURL rejects a public URL the room table cannot store.
-func CheckRoomHolderURL(u string) error {
-	if strings.ContainsAny(u, " \t\r\n") {
-		return fmt.Errorf("state: voice room url %q contains white space", u)
 	}
 	return nil
 }
