@@ -313,9 +313,8 @@ func (p *PxSessions) Release(sid string) {
 	}
 }
 
-// Kept reports whether this edge keeps sid now (for tests and the
-// operator's view).
-func (p *PxSessions) Kept(sid string) bool {
+// kept reports whether this edge keeps sid now.
+func (p *PxSessions) kept(sid string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_, ok := p.sessions[sid]

@@ -171,8 +171,8 @@ func TestPxSessionsChargesStartedMinutes(t *testing.T) {
 		if r := e.ender.reason("s1"); r != PxEndBudget {
 			t.Fatalf("ended %q, want budget", r)
 		}
-		if e.s.Kept("s1") || !e.s.Kept("s2") {
-			t.Fatalf("kept s1 %v s2 %v", e.s.Kept("s1"), e.s.Kept("s2"))
+		if e.s.kept("s1") || !e.s.kept("s2") {
+			t.Fatalf("kept s1 %v s2 %v", e.s.kept("s1"), e.s.kept("s2"))
 		}
 		if e.starts(t, "started") != 1 {
 			t.Fatalf("starts %v", e.starts(t, "started"))
@@ -207,8 +207,8 @@ func TestPxSessionsGraceAndLapse(t *testing.T) {
 		e.s.Offered("s1")
 		time.Sleep(5 * time.Minute) // s1 streams on past its token (refreshed); s2 never came
 		synctest.Wait()
-		if !e.s.Kept("s1") || e.s.Kept("s2") || seatsUsed() != 1 {
-			t.Fatalf("after 5 min: kept s1 %v s2 %v, seats %d", e.s.Kept("s1"), e.s.Kept("s2"), seatsUsed())
+		if !e.s.kept("s1") || e.s.kept("s2") || seatsUsed() != 1 {
+			t.Fatalf("after 5 min: kept s1 %v s2 %v, seats %d", e.s.kept("s1"), e.s.kept("s2"), seatsUsed())
 		}
 		if e.starts(t, "failed") != 1 || e.starts(t, "started") != 1 {
 			t.Fatalf("starts: failed %v started %v", e.starts(t, "failed"), e.starts(t, "started"))
@@ -216,13 +216,13 @@ func TestPxSessionsGraceAndLapse(t *testing.T) {
 		e.s.Left("s1")
 		time.Sleep(testGrace - time.Second)
 		synctest.Wait()
-		if !e.s.Kept("s1") || seatsUsed() != 1 {
+		if !e.s.kept("s1") || seatsUsed() != 1 {
 			t.Fatal("seat let go inside the grace")
 		}
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if e.s.Kept("s1") || seatsUsed() != 0 {
-			t.Fatalf("after the grace: kept %v, seats %d", e.s.Kept("s1"), seatsUsed())
+		if e.s.kept("s1") || seatsUsed() != 0 {
+			t.Fatalf("after the grace: kept %v, seats %d", e.s.kept("s1"), seatsUsed())
 		}
 		// A seat held by a session nobody refreshes (its edge died)
 		// lapses with the lease TTL.
@@ -253,8 +253,8 @@ func TestPxSessionsTakeover(t *testing.T) {
 		b.s.Subscribed("s1") // the streamer's edge
 		time.Sleep(3 * time.Minute)
 		synctest.Wait()
-		if a.s.Kept("s1") || !b.s.Kept("s1") {
-			t.Fatalf("kept by a %v, b %v; want b only", a.s.Kept("s1"), b.s.Kept("s1"))
+		if a.s.kept("s1") || !b.s.kept("s1") {
+			t.Fatalf("kept by a %v, b %v; want b only", a.s.kept("s1"), b.s.kept("s1"))
 		}
 		if n := b.used(t, "fan"); n != 3 {
 			t.Fatalf("charged %d, want 3 (by the edge that keeps it)", n)

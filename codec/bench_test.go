@@ -59,7 +59,7 @@ func benchWorlds(ticks int) []World {
 func BenchmarkProjectDelta500(b *testing.B) {
 	const ticks = 256
 	worlds := benchWorlds(ticks)
-	win := DefaultWindow()
+	win := defaultWindow()
 	win.SelfID = worlds[0].Entities[len(worlds[0].Entities)-1].ID // a player
 	win.FocusID = worlds[0].Entities[17].ID                       // an agent, likely far away
 

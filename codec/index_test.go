@@ -111,7 +111,7 @@ func TestIndexAllocs(t *testing.T) {
 	var ix Index
 	ix.Build(&worlds[0])
 	dst := make([]Entity, 0, GroundVisibleAgentCap+GroundVisiblePlayerCap)
-	win := DefaultWindow()
+	win := defaultWindow()
 	k := 0
 	if n := testing.AllocsPerRun(100, func() {
 		ix.Build(&worlds[k%len(worlds)])
@@ -130,7 +130,7 @@ func BenchmarkIndexProject(b *testing.B) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	wins := make([]Window, 64)
 	for i := range wins {
-		wins[i] = DefaultWindow()
+		wins[i] = defaultWindow()
 		wins[i].X, wins[i].Y = rng.Int32N(300_000)-150_000, rng.Int32N(300_000)-150_000
 	}
 	b.Run("build", func(b *testing.B) {

@@ -21,16 +21,6 @@ type Window struct {
 	SelfID uint32
 }
 
-// DefaultWindow is a window at the origin with the ground caps (32 agents,
-// 8 players) and the default radius.
-func DefaultWindow() Window {
-	return Window{
-		RadiusMM:   DefaultInterestRadiusMM,
-		MaxAgents:  GroundVisibleAgentCap,
-		MaxPlayers: GroundVisiblePlayerCap,
-	}
-}
-
 // Tier2AgentCap is the visible-agent cap for a client's renderer profile
 // (the reference's selectTier2AgentDensityBudget): WebGPU 32, WebGL2 18,
 // constrained WebGPU 10, constrained WebGL2 6. A nil profile or an

@@ -41,7 +41,7 @@ func world(ents ...[]Entity) *World {
 }
 
 func TestProject(t *testing.T) {
-	win := DefaultWindow()
+	win := defaultWindow()
 	tests := []struct {
 		name string
 		w    *World
@@ -128,7 +128,7 @@ func TestWindowFor(t *testing.T) {
 	if got := WindowFor(&PresencePacket{RadiusMm: math.MaxUint32}, 0, nil).RadiusMM; got != MaxInterestRadiusMM {
 		t.Fatalf("radius not clamped: %d", got)
 	}
-	if got := WindowFor(nil, 0, nil); got != DefaultWindow() {
+	if got := WindowFor(nil, 0, nil); got != defaultWindow() {
 		t.Fatalf("WindowFor(nil) = %+v", got)
 	}
 }
@@ -222,7 +222,7 @@ func TestProjectMatchesNaive(t *testing.T) {
 func TestProjectAllocs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 9))
 	w := &World{Entities: randomWorld(rng, 500, 1000)}
-	win := DefaultWindow()
+	win := defaultWindow()
 	win.RadiusMM = 100_000
 	win.FocusID = w.Entities[3].ID
 	dst := make([]Entity, 0, GroundVisibleAgentCap+GroundVisiblePlayerCap)
@@ -233,5 +233,15 @@ func TestProjectAllocs(t *testing.T) {
 	}
 	if len(dst) == 0 {
 		t.Fatal("empty projection")
+	}
+}
+
+// defaultWindow is a window at the origin with the ground caps (32 agents,
+// 8 players) and the default radius.
+func defaultWindow() Window {
+	return Window{
+		RadiusMM:   DefaultInterestRadiusMM,
+		MaxAgents:  GroundVisibleAgentCap,
+		MaxPlayers: GroundVisiblePlayerCap,
 	}
 }

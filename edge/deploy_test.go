@@ -27,7 +27,7 @@ func TestExampleEdgeJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &keys); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range FileKeys() {
+	for _, k := range fileKeys() {
 		if _, ok := keys[k]; !ok {
 			t.Errorf("%s lacks the key %q", path, k)
 		}

@@ -539,43 +539,6 @@ func WriteSettingsHelp(w io.Writer) {
 	}
 }
 
-// SettingsMarkdown is the README's settings table.
-func SettingsMarkdown() string {
-	var b strings.Builder
-	b.WriteString("| flag | variable | file key | default | what |\n|---|---|---|---|---|\n")
-	code := func(s string) string {
-		if s == "" {
-			return ""
-		}
-		return "`" + s + "`"
-	}
-	group := ""
-	for i := range settings {
-		s := &settings[i]
-		if s.group != group {
-			group = s.group
-			fmt.Fprintf(&b, "| **%s** | | | | |\n", group)
-		}
-		f := ""
-		if s.flag != "" {
-			f = "--" + s.flag
-			if s.arg != "" {
-				f += " " + s.arg
-			}
-		}
-		def := s.defaultText()
-		if s.def == "" {
-			def = code(def)
-		}
-		help := strings.ReplaceAll(s.help, "|", `\|`)
-		if s.secret {
-			help = "environment only: " + help
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", code(f), code(s.env), code(s.key), def, help)
-	}
-	return b.String()
-}
-
 // SettingDoc describes one setting, for tools and tests that list them.
 type SettingDoc struct {
 	Flag, Env, Key, Help string
@@ -587,17 +550,6 @@ func SettingDocs() []SettingDoc {
 	out := make([]SettingDoc, len(settings))
 	for i, s := range settings {
 		out[i] = SettingDoc{Flag: s.flag, Env: s.env, Key: s.key, Help: s.help, Secret: s.secret}
-	}
-	return out
-}
-
-// FileKeys lists every key the config file accepts.
-func FileKeys() []string {
-	var out []string
-	for i := range settings {
-		if settings[i].key != "" && !settings[i].secret {
-			out = append(out, settings[i].key)
-		}
 	}
 	return out
 }

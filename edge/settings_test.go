@@ -192,7 +192,7 @@ func TestReadmeSettings(t *testing.T) {
 	if i < 0 || j < i {
 		t.Fatalf("README.md has no %q ... %q block", begin, end)
 	}
-	want := SettingsMarkdown()
+	want := settingsMarkdown()
 	if got := s[i+len(begin) : j]; got != want {
 		if *update {
 			if err := os.WriteFile(path, []byte(s[:i+len(begin)]+want+s[j:]), 0o644); err != nil {
@@ -263,4 +263,52 @@ func TestDurationsInFile(t *testing.T) {
 	if err != nil || time.Duration(cfg.DrainWindow) != 20*time.Second {
 		t.Fatalf("%v %v", cfg.DrainWindow, err)
 	}
+}
+
+// settingsMarkdown is the README's settings table.
+func settingsMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| flag | variable | file key | default | what |\n|---|---|---|---|---|\n")
+	code := func(s string) string {
+		if s == "" {
+			return ""
+		}
+		return "`" + s + "`"
+	}
+	group := ""
+	for i := range settings {
+		s := &settings[i]
+		if s.group != group {
+			group = s.group
+			fmt.Fprintf(&b, "| **%s** | | | | |\n", group)
+		}
+		f := ""
+		if s.flag != "" {
+			f = "--" + s.flag
+			if s.arg != "" {
+				f += " " + s.arg
+			}
+		}
+		def := s.defaultText()
+		if s.def == "" {
+			def = code(def)
+		}
+		help := strings.ReplaceAll(s.help, "|", `\|`)
+		if s.secret {
+			help = "environment only: " + help
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", code(f), code(s.env), code(s.key), def, help)
+	}
+	return b.String()
+}
+
+// fileKeys lists every key the config file accepts.
+func fileKeys() []string {
+	var out []string
+	for i := range settings {
+		if settings[i].key != "" && !settings[i].secret {
+			out = append(out, settings[i].key)
+		}
+	}
+	return out
 }
