@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/oshun/egbe-edge/codec"
 	"github.com/oshun/egbe-edge/internal/egbeclient"
+	"github.com/oshun/egbe-edge/internal/gostacks"
 	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
@@ -37,18 +37,9 @@ type edgeCensus struct {
 func (c edgeCensus) perSessionOurs() int { return c.session + c.ours }
 
 func takeEdgeCensus() edgeCensus {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	c := edgeCensus{byEntry: map[string]int{}}
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		entry := goroutineEntry(g)
+	for _, g := range gostacks.All() {
+		entry := gostacks.Entry(g)
 		switch {
 		case strings.Contains(g, "testing.tRunner"), strings.HasPrefix(entry, "os/exec."),
 			strings.Contains(g, "edge.runEdgeClients"), strings.Contains(g, "edge.takeEdgeCensus"):
@@ -65,26 +56,6 @@ func takeEdgeCensus() edgeCensus {
 		c.byEntry[entry]++
 	}
 	return c
-}
-
-// goroutineEntry is the function a goroutine was started with: its
-// bottom-most frame, looking through sync.WaitGroup.Go's wrapper.
-func goroutineEntry(g string) string {
-	entry := ""
-	for _, line := range strings.Split(g, "\n") {
-		if line == "" || strings.HasPrefix(line, "\t") || strings.HasPrefix(line, "goroutine ") || strings.HasPrefix(line, "created by ") {
-			continue
-		}
-		fn := line
-		if i := strings.LastIndex(fn, "("); i > 0 {
-			fn = fn[:i]
-		}
-		if strings.HasPrefix(fn, "sync.(*WaitGroup).Go") {
-			break
-		}
-		entry = fn
-	}
-	return entry
 }
 
 func (c edgeCensus) minus(base edgeCensus) edgeCensus {

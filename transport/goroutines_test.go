@@ -12,7 +12,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"github.com/quic-go/webtransport-go"
 
 	"github.com/oshun/egbe-edge/codec"
+	"github.com/oshun/egbe-edge/internal/gostacks"
 	"github.com/oshun/egbe-edge/internal/testwait"
 )
 
@@ -74,18 +74,9 @@ type goroutineCensus struct {
 }
 
 func takeCensus() goroutineCensus {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	c := goroutineCensus{byEntry: map[string]int{}}
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		entry := entryFunc(g)
+	for _, g := range gostacks.All() {
+		entry := gostacks.Entry(g)
 		switch {
 		case strings.Contains(entry, "transport.runClients"), strings.HasPrefix(entry, "os/exec."),
 			strings.Contains(g, "transport.TestGoroutinesPerConnection"), strings.Contains(g, "testing.tRunner"),
@@ -104,26 +95,6 @@ func takeCensus() goroutineCensus {
 		c.byEntry[entry]++
 	}
 	return c
-}
-
-// entryFunc is the function a goroutine was started with: its bottom-most
-// frame, looking through sync.WaitGroup.Go's wrapper.
-func entryFunc(g string) string {
-	entry := ""
-	for _, line := range strings.Split(g, "\n") {
-		if line == "" || strings.HasPrefix(line, "\t") || strings.HasPrefix(line, "goroutine ") || strings.HasPrefix(line, "created by ") {
-			continue
-		}
-		fn := line
-		if i := strings.LastIndex(fn, "("); i > 0 {
-			fn = fn[:i]
-		}
-		if strings.HasPrefix(fn, "sync.(*WaitGroup).Go") {
-			break
-		}
-		entry = fn
-	}
-	return entry
 }
 
 func (c goroutineCensus) minus(base goroutineCensus) goroutineCensus {
