@@ -28,24 +28,7 @@ func TestWebRTCClientFromAnotherLoopbackNetwork(t *testing.T) {
 
 	// One offer, posted until the network's slots are full: each answered
 	// one is a server peer that waits for ICE that never comes.
-	pc, err := webrtc.NewPeerConnection(webrtc.Configuration{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	if _, err := pc.CreateDataChannel("egbe-reliable", nil); err != nil {
-		t.Fatal(err)
-	}
-	offer, err := pc.CreateOffer(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gathered := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(offer); err != nil {
-		t.Fatal(err)
-	}
-	<-gathered
-	sdp := pc.LocalDescription().SDP
+	sdp := dataChannelOffer(t)
 	busy := false
 	for i := 0; i < 64 && !busy; i++ {
 		resp, err := http.Post(te.httpURL("/v6/realtime/webrtc"), "application/sdp", strings.NewReader(sdp))
@@ -83,4 +66,28 @@ func TestWebRTCClientFromAnotherLoopbackNetwork(t *testing.T) {
 	if _, err := c.Hello(ctx, helloFor(te.devToken(t, "other-network"))); err != nil {
 		t.Fatalf("hello from 127.0.77.1: %v", err)
 	}
+}
+
+// dataChannelOffer is a complete (gathered) offer of a pion peer with the
+// realtime reliable data channel; the peer lives until the test ends.
+func dataChannelOffer(t *testing.T) string {
+	t.Helper()
+	pc, err := webrtc.NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pc.Close() })
+	if _, err := pc.CreateDataChannel("egbe-reliable", nil); err != nil {
+		t.Fatal(err)
+	}
+	offer, err := pc.CreateOffer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(offer); err != nil {
+		t.Fatal(err)
+	}
+	<-gathered
+	return pc.LocalDescription().SDP
 }

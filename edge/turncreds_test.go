@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/pion/webrtc/v4"
 
 	"github.com/oshun/egbe-edge/internal/coturntest"
 	"github.com/oshun/egbe-edge/internal/testwait"
@@ -202,24 +201,7 @@ func TestNegotiateTURNCredentials(t *testing.T) {
 	}
 
 	// The WebRTC answer names them too, in WHIP's Link headers.
-	pc, err := webrtc.NewPeerConnection(webrtc.Configuration{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	if _, err := pc.CreateDataChannel("egbe-reliable", nil); err != nil {
-		t.Fatal(err)
-	}
-	offer, err := pc.CreateOffer(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gathered := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(offer); err != nil {
-		t.Fatal(err)
-	}
-	<-gathered
-	req, _ := http.NewRequest(http.MethodPost, te.httpURL("/v6/realtime/webrtc"), strings.NewReader(pc.LocalDescription().SDP))
+	req, _ := http.NewRequest(http.MethodPost, te.httpURL("/v6/realtime/webrtc"), strings.NewReader(dataChannelOffer(t)))
 	req.Header.Set("Content-Type", "application/sdp")
 	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := http.DefaultClient.Do(req)
