@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -97,7 +96,7 @@ func TestQueuePageStates(t *testing.T) {
 // not cut as idle.
 func TestEpicFrontendOutlivesIdleRule(t *testing.T) {
 	node := epicTools(t)
-	page := epicBundle(t)
+	page := epicPage(t)
 	clk := newTestClock()
 	te := startEdge(t, chain(withClock(clk), func(c *Config) {
 		c.PxstreamAuth = "token"
@@ -159,27 +158,4 @@ func epicTools(t *testing.T) string {
 		}
 	}
 	return node
-}
-
-// epicBundle bundles web/epic/main.js with Epic's frontend library and
-// serves it with the test page.
-func epicBundle(t *testing.T) *httptest.Server {
-	t.Helper()
-	dir := t.TempDir()
-	web := filepath.Join("..", "web")
-	cmd := exec.Command(filepath.Join(web, "node_modules/.bin/esbuild"), filepath.Join(web, "epic/main.js"),
-		"--bundle", "--format=esm", "--target=chrome120", "--log-level=warning", "--outfile="+filepath.Join(dir, "bundle.js"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("esbuild: %v\n%s", err, out)
-	}
-	html, err := os.ReadFile(filepath.Join(web, "epic/index.html"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "index.html"), html, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(http.FileServer(http.Dir(dir)))
-	t.Cleanup(ts.Close)
-	return ts
 }
